@@ -1,0 +1,332 @@
+"""Split a joint forward+backward graph into a forward graph and a backward graph.
+
+Contract (see docs/contracts.md). A partitioner is called as
+``partition_fn(joint_module, joint_inputs, *, num_fwd_outputs) -> (fw_module, bw_module)``:
+
+- ``joint_module``: ``make_fx(joint)(primals, tangents)``; placeholders ``primals_1..N`` then
+  ``tangents_1..M``; the output node holds ``[fw_outs, grads]`` (flattened with pytree, the
+  first ``num_fwd_outputs`` leaves are the forward outputs, the rest are the grads, one per
+  primal, ``None`` where a primal gets no gradient). Every node carries ``meta["val"]``.
+- ``fw_module``: placeholders = the primals (same names); outputs =
+  ``[*fw_outs, *saved_tensors, *saved_symints]``.
+- ``bw_module``: placeholders = ``[*saved_tensors, *saved_symints, *tangents]``; outputs = the
+  grads (one per primal, ``None`` kept).
+
+Saved values keep their joint-graph node names, in both modules. Each partitioner records
+the split on both modules' ``.meta`` dict: ``meta["num_fwd_outputs"]``,
+``meta["num_saved_tensors"]`` and ``meta["num_saved_symints"]``, so a reader of
+``fw_module`` knows that the saved values start at output index ``num_fwd_outputs``
+(:func:`saved_bytes` uses this).
+
+Random ops (tagged ``nondeterministic_seeded``) and ops with side effects or mutations that
+the eager forward ran are always placed in the forward graph and never recomputed in the
+backward: the backward reads their saved outputs, so a dropout mask in the backward is the
+mask the forward drew.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import operator
+from typing import Any, Iterable, Sequence
+
+import torch
+import torch.fx as fx
+from torch.fx.experimental.symbolic_shapes import optimization_hint
+from torch.utils import _pytree as pytree
+
+__all__ = [
+    "default_partition",
+    "saved_bytes",
+    "SavedReport",
+    "SavedValue",
+]
+
+log = logging.getLogger(__name__)
+
+_SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)
+
+
+# --------------------------------------------------------------------------- joint graph
+
+
+@dataclasses.dataclass(frozen=True)
+class _Joint:
+    """The pieces of a joint graph a partitioner needs; nodes are the joint graph's own."""
+
+    primals: list[fx.Node]
+    tangents: list[fx.Node]
+    fw_outs: list[Any]  # fx.Node, or a constant the graph returns as is
+    grads: list[Any]  # fx.Node, None, or a constant
+    tangent_dependent: frozenset[fx.Node]  # nodes with a tangent among their ancestors
+
+
+def _split_joint(joint_module: fx.GraphModule, num_fwd_outputs: int) -> _Joint:
+    graph = joint_module.graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    tangents = [n for n in placeholders if n.name.startswith("tangents")]
+    primals = [n for n in placeholders if not n.name.startswith("tangents")]
+    (output,) = [n for n in graph.nodes if n.op == "output"]
+    flat = pytree.tree_leaves(output.args, is_leaf=lambda x: x is None)
+    if num_fwd_outputs > len(flat):
+        raise ValueError(
+            f"num_fwd_outputs={num_fwd_outputs} but the joint graph has only {len(flat)} outputs"
+        )
+    # Tangent dependence, propagated forward along users in graph (topological) order.
+    dependent: set[fx.Node] = set(tangents)
+    for node in graph.nodes:
+        if node.op != "output" and any(a in dependent for a in node.all_input_nodes):
+            dependent.add(node)
+    joint = _Joint(
+        primals=primals,
+        tangents=tangents,
+        fw_outs=list(flat[:num_fwd_outputs]),
+        grads=list(flat[num_fwd_outputs:]),
+        tangent_dependent=frozenset(dependent),
+    )
+    bad = [o for o in joint.fw_outs if isinstance(o, fx.Node) and o in dependent]
+    if bad:
+        raise ValueError(f"forward outputs depend on tangents: {[n.name for n in bad]}")
+    return joint
+
+
+def _nodes(values: Iterable[Any]) -> list[fx.Node]:
+    return [v for v in values if isinstance(v, fx.Node)]
+
+
+def _ancestors(roots: Iterable[fx.Node], stop: frozenset[fx.Node] = frozenset()) -> set[fx.Node]:
+    """``roots`` and everything they read, not walking past nodes in ``stop``."""
+    seen: set[fx.Node] = set()
+    stack = list(roots)
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node not in stop:
+            stack.extend(node.all_input_nodes)
+    return seen
+
+
+# --------------------------------------------------------------------------- op classes
+
+
+def _is_random(node: fx.Node) -> bool:
+    """An op that draws from the RNG: recomputing it would draw different numbers."""
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        return torch.Tag.nondeterministic_seeded in target.tags
+    return False
+
+
+def _is_impure(node: fx.Node) -> bool:
+    """An op with a side effect or a mutation: it must run exactly where eager ran it."""
+    if node.op != "call_function":
+        return False
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
+        return True
+    return node.is_impure()
+
+
+def _is_sym(node: fx.Node) -> bool:
+    return isinstance(node.meta.get("val"), _SYM_TYPES)
+
+
+def _is_tensor(node: fx.Node) -> bool:
+    return isinstance(node.meta.get("val"), torch.Tensor)
+
+
+def _must_run_in_forward(node: fx.Node) -> bool:
+    """A tangent-independent node the forward must compute (and save) when backward needs it.
+
+    Random and impure ops, because eager ran them once, in the forward. Symbolic scalars
+    (sizes), because saving an int is cheaper than saving the tensor it was read from.
+    """
+    return _is_random(node) or _is_impure(node) or _is_sym(node)
+
+
+# --------------------------------------------------------------------------- building
+
+
+def _extract(
+    joint_module: fx.GraphModule, inputs: Sequence[fx.Node], outputs: Sequence[Any]
+) -> fx.GraphModule:
+    """A new module computing ``outputs`` from ``inputs`` with the joint graph's nodes.
+
+    Only the nodes ``outputs`` need are copied (in joint order, so the copy is topologically
+    sorted); names and ``meta`` are kept. Needing a joint placeholder that is not among
+    ``inputs`` is a partitioner bug and raises.
+    """
+    graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for node in inputs:
+        new = graph.placeholder(node.name, type_expr=node.type)
+        new.meta = dict(node.meta)
+        env[node] = new
+    needed = _ancestors(_nodes(outputs), stop=frozenset(inputs))
+    for node in joint_module.graph.nodes:
+        if node not in needed or node in env:
+            continue
+        if node.op == "placeholder":
+            raise RuntimeError(f"partition: {node.name} is needed but is not an input")
+        if node.op == "output":
+            continue
+        env[node] = graph.node_copy(node, lambda n: env[n])
+    graph.output([env[o] if isinstance(o, fx.Node) else o for o in outputs])
+    # The joint module is the root so get_attr targets (constants) are copied along.
+    module = fx.GraphModule(joint_module, graph)
+    return module
+
+
+def _build(
+    joint_module: fx.GraphModule, joint: _Joint, saved: Iterable[fx.Node]
+) -> tuple[fx.GraphModule, fx.GraphModule]:
+    """Forward and backward modules for a chosen set of saved values (any order, no dups)."""
+    order = {n: i for i, n in enumerate(joint_module.graph.nodes)}
+    saved = sorted(set(saved), key=order.__getitem__)
+    for node in saved:
+        if not (_is_tensor(node) or _is_sym(node)):
+            raise RuntimeError(
+                f"partition: cannot save {node.name}, whose value is {node.meta.get('val')!r}"
+            )
+    tensors = [n for n in saved if _is_tensor(n)]
+    symints = [n for n in saved if not _is_tensor(n)]
+    fw_module = _extract(joint_module, joint.primals, [*joint.fw_outs, *tensors, *symints])
+    bw_module = _extract(joint_module, [*tensors, *symints, *joint.tangents], joint.grads)
+    for module in (fw_module, bw_module):
+        module.meta["num_fwd_outputs"] = len(joint.fw_outs)
+        module.meta["num_saved_tensors"] = len(tensors)
+        module.meta["num_saved_symints"] = len(symints)
+    log.debug(
+        "partition: saved %d tensors, %d symints: %s",
+        len(tensors),
+        len(symints),
+        [n.name for n in saved],
+    )
+    return fw_module, bw_module
+
+
+# --------------------------------------------------------------------------- default
+
+
+def _forward_nodes(joint: _Joint) -> tuple[set[fx.Node], set[fx.Node]]:
+    """(nodes the forward computes, nodes the backward computes) under the default policy.
+
+    Forward: the primals, everything the forward outputs need, every tangent-independent
+    node the grads need that must run in forward (with its inputs), and the ``getitem``s of
+    multi-output forward nodes the backward reads (a tuple cannot be saved; its items can).
+    Backward: everything else the grads need.
+    """
+    forward = _ancestors([*joint.primals, *_nodes(joint.fw_outs)])
+    grad_needs = _ancestors(_nodes(joint.grads))
+    forced = [
+        n
+        for n in grad_needs
+        if n not in forward and n not in joint.tangent_dependent and _must_run_in_forward(n)
+    ]
+    forward |= _ancestors(forced)
+    for node in grad_needs - forward:
+        for arg in node.all_input_nodes:
+            if arg in forward and not (_is_tensor(arg) or _is_sym(arg)):
+                if node.target is not operator.getitem:
+                    raise RuntimeError(
+                        f"partition: {node.name} reads the non-tensor value of {arg.name}"
+                    )
+                forward.add(node)
+    return forward, grad_needs - forward
+
+
+def default_partition(
+    joint_module: fx.GraphModule,
+    joint_inputs: Any,
+    *,
+    num_fwd_outputs: int,
+    **kwargs: Any,
+) -> tuple[fx.GraphModule, fx.GraphModule]:
+    """Partition like eager autograd: forward computes the forward, backward the rest.
+
+    The forward graph holds the nodes the forward outputs need (plus random/impure ops and
+    sizes the backward needs, see :func:`_must_run_in_forward`); the backward graph holds the
+    remaining nodes the grads need; every forward value the backward reads (primals
+    included) is saved. Nodes nobody needs are dropped. ``joint_inputs`` and extra keyword
+    arguments (e.g. torch's ``static_lifetime_input_indices``) are accepted and ignored.
+    """
+    joint = _split_joint(joint_module, num_fwd_outputs)
+    forward, backward = _forward_nodes(joint)
+    saved = {arg for node in backward for arg in node.all_input_nodes if arg in forward}
+    # A grad that is itself a forward value (a primal, say) is returned from saved values.
+    saved |= {g for g in _nodes(joint.grads) if g in forward}
+    return _build(joint_module, joint, saved)
+
+
+# --------------------------------------------------------------------------- reporting
+
+
+@dataclasses.dataclass(frozen=True)
+class SavedValue:
+    """One value a forward graph saves for the backward. ``dtype`` is None for a symint."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype | None
+    nbytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class SavedReport:
+    """What a forward graph saves for the backward; ``bytes`` sums the saved tensors.
+
+    A tensor counts ``numel * element_size`` bytes (symbolic sizes at their hints), each
+    saved node once; symints count 0 bytes, though they are listed.
+    """
+
+    values: tuple[SavedValue, ...]
+
+    @property
+    def bytes(self) -> int:
+        return sum(v.nbytes for v in self.values)
+
+    def __repr__(self) -> str:
+        lines = [f"SavedReport({len(self.values)} values, {self.bytes} bytes)"]
+        for v in self.values:
+            kind = "symint" if v.dtype is None else f"{str(v.dtype).removeprefix('torch.')}"
+            lines.append(f"  {v.name}: {kind}{list(v.shape)} {v.nbytes} B")
+        return "\n".join(lines)
+
+
+def _hint(x: Any) -> int:
+    return optimization_hint(x, fallback=1) if isinstance(x, torch.SymInt) else int(x)
+
+
+def saved_bytes(fw_module: fx.GraphModule, num_fwd_outputs: int | None = None) -> SavedReport:
+    """Report the values ``fw_module`` saves: its outputs from index ``num_fwd_outputs`` on.
+
+    ``num_fwd_outputs`` defaults to ``fw_module.meta["num_fwd_outputs"]``, which this
+    module's partitioners record; pass it for a module partitioned elsewhere (torch's).
+    """
+    if num_fwd_outputs is None:
+        if "num_fwd_outputs" not in fw_module.meta:
+            raise ValueError(
+                "fw_module.meta has no 'num_fwd_outputs' (not partitioned by aotgrad); pass it"
+            )
+        num_fwd_outputs = fw_module.meta["num_fwd_outputs"]
+    (output,) = [n for n in fw_module.graph.nodes if n.op == "output"]
+    flat = pytree.tree_leaves(output.args, is_leaf=lambda x: x is None)
+    values: list[SavedValue] = []
+    seen: set[fx.Node] = set()
+    for node in _nodes(flat[num_fwd_outputs:]):
+        if node in seen:
+            continue
+        seen.add(node)
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            shape = tuple(_hint(s) for s in val.shape)
+            numel = 1
+            for s in shape:
+                numel *= s
+            values.append(SavedValue(node.name, shape, val.dtype, numel * val.element_size()))
+        else:
+            values.append(SavedValue(node.name, (), None, 0))
+    return SavedReport(tuple(values))
