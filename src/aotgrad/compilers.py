@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import torch.fx
 
-__all__ = ["nop", "print_graph"]
+__all__ = ["nop", "print_graph", "InductorCompiler", "inductor", "inductor_bw", "inductor_inference"]
 
 
 def nop(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
@@ -24,3 +24,183 @@ def print_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable
     """Print the graph's Python code, then run it as :func:`nop` does."""
     print(gm.code)
     return gm
+
+
+# --------------------------------------------------------------------------------------
+# TorchInductor
+# --------------------------------------------------------------------------------------
+
+
+class InductorCompiler:
+    """Hand a traced graph to TorchInductor (``compile_fx_inner``) and return a callable.
+
+    Use an instance as ``fw_compiler``, ``bw_compiler`` and ``inference_compiler``. The
+    module-level instances are :data:`inductor` (the phase is detected from the graph),
+    :data:`inductor_bw` (always backward) and :data:`inductor_inference` (always inference).
+
+    * **Decompositions.** Inductor lowers only graphs traced with its own decomposition table
+      (without it, compilation fails with "both a fallback and a decomp for same op"). The
+      table is exposed as the :attr:`decompositions` attribute, which tracing uses when the
+      user passes no ``decompositions`` (docs/contracts.md). It is computed on first access:
+      importing Inductor takes seconds.
+    * **Phase.** ``compile_fx_inner`` takes ``is_backward`` / ``is_inference`` flags. With
+      ``phase="auto"`` (:data:`inductor`) a graph with a placeholder whose name contains
+      ``tangents`` is compiled as a backward graph (the partitioner names backward inputs
+      ``tangents_*``; Inductor itself relies on the same naming), any other graph as a
+      training forward. Pass ``phase="inference"`` (:data:`inductor_inference`) as the
+      ``inference_compiler`` to let Inductor apply its inference-only optimizations; the
+      flag changes performance, not results.
+    * **Strides.** Every output of the graph keeps the strides recorded in its
+      ``meta["val"]``: user outputs then match eager, and the saved tensors a forward
+      returns have exactly the layout the backward graph was traced (and compiled) for.
+      Tangents arriving at a compiled backward with a layout other than the one it was
+      compiled for are copied into that layout first (Inductor's kernels assume the
+      compiled strides).
+    * **Calling convention.** ``compile_fx_inner`` returns a boxed callable (takes one list,
+      may clear it). The returned callable takes the inputs positionally, like ``gm`` does.
+    * **Cache.** Inductor's FX graph cache (``torch._inductor.config.fx_graph_cache``) is
+      switched on while compiling, so compiling the same graph again (same process or not)
+      is a cache hit.
+    * **Graph ownership.** Inductor rewrites the graph it is given; it gets a copy, so ``gm``
+      is left as it was.
+    """
+
+    _PHASES = ("auto", "forward", "backward", "inference")
+
+    def __init__(self, phase: str = "auto") -> None:
+        if phase not in self._PHASES:
+            raise ValueError(f"phase must be one of {self._PHASES}, got {phase!r}")
+        self.phase = phase
+
+    def __repr__(self) -> str:
+        return f"InductorCompiler(phase={self.phase!r})"
+
+    @property
+    def decompositions(self) -> dict:
+        """Inductor's decomposition table (``select_decomp_table()``), computed lazily."""
+        return _inductor_decompositions()
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
+        import copy
+
+        import torch
+        from torch._guards import TracingContext, detect_fake_mode, tracing
+        from torch._inductor import config as inductor_config
+        from torch._inductor.compile_fx import compile_fx_inner
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        tangent_idxs = [
+            i
+            for i, node in enumerate(gm.graph.find_nodes(op="placeholder"))
+            if "tangents" in node.name
+        ]
+        phase = self.phase
+        if phase == "auto":
+            phase = "backward" if tangent_idxs else "forward"
+        is_backward = phase == "backward"
+
+        gm = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
+        output = gm.graph.find_nodes(op="output")[0]
+        outs = output.args[0]
+        if not isinstance(outs, (tuple, list)):  # Inductor compiles tuple/list outputs only
+            outs = (outs,)
+            output.args = (outs,)
+            unwrap = True
+        else:
+            unwrap = False
+        output.meta["user_visible_output_idxs"] = [
+            i for i, o in enumerate(outs) if isinstance(o, torch.fx.Node)
+        ]
+        gm.recompile()
+
+        fake_mode = detect_fake_mode(example_inputs)
+        if fake_mode is None:  # real example inputs: fakeify them in a fresh mode
+            fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+            example_inputs = [
+                fake_mode.from_tensor(x) if isinstance(x, torch.Tensor) else x
+                for x in example_inputs
+            ]
+        context = TracingContext.try_get() or TracingContext(fake_mode)
+        with (
+            tracing(context),
+            inductor_config.patch(fx_graph_cache=True),
+        ):
+            compiled = compile_fx_inner(
+                gm,
+                list(example_inputs),
+                is_backward=is_backward,
+                is_inference=phase == "inference",
+                # No input is "static" (fixed address across calls): that is a promise
+                # only a CUDA-graph runtime can use, and ours makes none.
+                static_input_idxs=(),
+            )
+
+        coerce = _tangent_layouts(example_inputs, tangent_idxs) if is_backward else ()
+        return _boxed_caller(compiled, coerce, unwrap)
+
+
+def _inductor_decompositions() -> dict:
+    global _INDUCTOR_DECOMPS
+    if _INDUCTOR_DECOMPS is None:
+        from torch._inductor.decomposition import select_decomp_table
+
+        _INDUCTOR_DECOMPS = select_decomp_table()
+    return _INDUCTOR_DECOMPS
+
+
+_INDUCTOR_DECOMPS: dict | None = None
+
+
+def _tangent_layouts(example_inputs: list[Any], tangent_idxs: list[int]) -> tuple:
+    """(index, shape, strides) of each tangent whose compiled layout is statically known."""
+    import torch
+
+    layouts = []
+    for i in tangent_idxs:
+        x = example_inputs[i]
+        if not isinstance(x, torch.Tensor):
+            continue
+        shape, stride = tuple(x.shape), tuple(x.stride())
+        if all(type(s) is int for s in shape + stride):
+            layouts.append((i, shape, stride))
+    return tuple(layouts)
+
+
+def _boxed_caller(compiled: Callable, coerce: tuple, unwrap: bool) -> Callable:
+    """Adapt a boxed callable (one list argument) to positional arguments."""
+    import torch
+
+    if coerce:
+
+        def call(*args):
+            args = list(args)
+            for i, shape, stride in coerce:
+                t = args[i]
+                if type(t) is torch.Tensor and t.stride() != stride and t.shape == shape:
+                    fixed = torch.empty_strided(shape, stride, dtype=t.dtype, device=t.device)
+                    args[i] = fixed.copy_(t)
+            out = compiled(args)
+            return out[0] if unwrap else out
+
+    elif unwrap:
+
+        def call(*args):
+            return compiled(list(args))[0]
+
+    else:
+
+        def call(*args):
+            return compiled(list(args))
+
+    call.compiled = compiled  # the OutputCode, for inspection
+    return call
+
+
+inductor = InductorCompiler("auto")
+"""Inductor for any graph: backward if it has ``tangents*`` placeholders, else forward."""
+
+inductor_bw = InductorCompiler("backward")
+"""Inductor, always compiling with ``is_backward=True``."""
+
+inductor_inference = InductorCompiler("inference")
+"""Inductor, always compiling with ``is_inference=True`` (for ``inference_compiler``)."""
