@@ -1,0 +1,184 @@
+"""aotgrad.compilers.inductor: our graphs compiled by TorchInductor behave like eager.
+
+One small end-to-end test runs by default (an MLP step with an input mutation); the rest
+compile more graphs and are marked ``slow`` (run with ``pytest -m slow tests/test_inductor.py``).
+Inductor's FX graph cache makes reruns much faster than the first run.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from aotgrad.compilers import InductorCompiler, inductor, inductor_bw, inductor_inference
+
+
+def _aot_function():
+    try:
+        from aotgrad import aot_function
+    except (ImportError, AttributeError):
+        pytest.skip("aotgrad.aot_function is not available yet")
+    return aot_function
+
+
+def _compile(fn, **kwargs):
+    aot_function = _aot_function()
+    kwargs.setdefault("inference_compiler", inductor_inference)
+    return aot_function(fn, inductor, **kwargs)
+
+
+def _mlp(x, w1, b1, w2, b2):
+    return torch.tanh(x @ w1 + b1) @ w2 + b2
+
+
+def _params(seed=0, d_in=8, d_hidden=16, d_out=4):
+    g = torch.Generator().manual_seed(seed)
+    shapes = [(d_in, d_hidden), (d_hidden,), (d_hidden, d_out), (d_out,)]
+    return [torch.randn(s, generator=g).requires_grad_() for s in shapes]
+
+
+def _clone_leaves(ts):
+    return [t.detach().clone().requires_grad_(t.requires_grad) for t in ts]
+
+
+def test_decompositions_attribute_is_inductors_table():
+    from torch._inductor.decomposition import select_decomp_table
+
+    for c in (inductor, inductor_bw, inductor_inference):
+        assert c.decompositions == select_decomp_table()
+    assert inductor.decompositions is inductor_bw.decompositions  # computed once
+    with pytest.raises(ValueError):
+        InductorCompiler("sideways")
+
+
+def test_mlp_step_with_input_mutation_matches_eager():
+    """The default-run test: forward + backward through Inductor, plus a buffer update."""
+
+    def step(x, running, w1, b1, w2, b2):
+        h = torch.tanh(x @ w1 + b1)
+        running.mul_(0.9).add_(h.detach().mean(0), alpha=0.1)  # mutated input
+        return h @ w2 + b2
+
+    x = torch.randn(6, 8)
+    params = _params()
+    running = torch.zeros(16)
+    ref_params, ref_running = _clone_leaves(params), running.clone()
+
+    compiled = _compile(step)
+    out = compiled(x, running, *params)
+    out.pow(2).sum().backward()
+
+    ref = step(x, ref_running, *ref_params)
+    ref.pow(2).sum().backward()
+
+    torch.testing.assert_close(out, ref)
+    assert out.requires_grad and out.grad_fn is not None
+    torch.testing.assert_close(running, ref_running)
+    for p, r in zip(params, ref_params):
+        torch.testing.assert_close(p.grad, r.grad)
+
+
+@pytest.mark.slow
+def test_mlp_training_loop_matches_eager():
+    params = _params(seed=1, d_in=32, d_hidden=64, d_out=10)
+    ref_params = _clone_leaves(params)
+    opt = torch.optim.SGD(params, lr=0.1)
+    ref_opt = torch.optim.SGD(ref_params, lr=0.1)
+    compiled = _compile(_mlp)
+    g = torch.Generator().manual_seed(2)
+    for _ in range(4):
+        x, y = torch.randn(16, 32, generator=g), torch.randint(0, 10, (16,), generator=g)
+        for fn, ps, o in ((compiled, params, opt), (_mlp, ref_params, ref_opt)):
+            o.zero_grad()
+            loss = torch.nn.functional.cross_entropy(fn(x, *ps), y)
+            loss.backward()
+            o.step()
+    for p, r in zip(params, ref_params):
+        torch.testing.assert_close(p, r)
+
+
+@pytest.mark.slow
+def test_inference_path_with_mutation_matches_eager():
+    def f(x, buf, w):
+        buf.add_(x.sum(0))
+        return (x @ w).relu()
+
+    x, w = torch.randn(5, 3), torch.randn(3, 7)
+    buf = torch.zeros(3)
+    ref_buf = buf.clone()
+    compiled = _compile(f)
+    for _ in range(2):
+        out = compiled(x, buf, w)
+        ref = f(x, ref_buf, w)
+        torch.testing.assert_close(out, ref)
+        torch.testing.assert_close(buf, ref_buf)
+        assert not out.requires_grad
+
+
+@pytest.mark.slow
+def test_output_strides_and_alias_of_input_match_eager():
+    def f(x, w):
+        y = (x @ w).t()  # non-contiguous output
+        return y, y.sin(), x.view(-1)  # the last one aliases an input
+
+    x = torch.randn(4, 6, requires_grad=True)
+    w = torch.randn(6, 5, requires_grad=True)
+    ref_x, ref_w = _clone_leaves([x, w])
+    outs = _compile(f)(x, w)
+    refs = f(ref_x, ref_w)
+    for o, r in zip(outs, refs):
+        torch.testing.assert_close(o, r)
+        assert o.stride() == r.stride()
+    sum(o.cos().sum() for o in outs).backward()
+    sum(r.cos().sum() for r in refs).backward()
+    torch.testing.assert_close(x.grad, ref_x.grad)
+    torch.testing.assert_close(w.grad, ref_w.grad)
+
+
+@pytest.mark.slow
+def test_backward_gets_non_contiguous_tangent():
+    def f(x, w):
+        return x @ w
+
+    x = torch.randn(4, 6, requires_grad=True)
+    w = torch.randn(6, 5, requires_grad=True)
+    ref_x, ref_w = _clone_leaves([x, w])
+    grad = torch.randn(5, 4).t()  # strides (1, 4): not the layout the tangent was traced with
+    _compile(f)(x, w).backward(grad)
+    f(ref_x, ref_w).backward(grad)
+    torch.testing.assert_close(x.grad, ref_x.grad)
+    torch.testing.assert_close(w.grad, ref_w.grad)
+
+
+def _fake_graph(fn, *tensors):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    mode = FakeTensorMode()
+    fakes = [mode.from_tensor(t) for t in tensors]
+    with mode:
+        gm = make_fx(fn, decomposition_table=inductor.decompositions)(*fakes)
+    return gm, fakes
+
+
+@pytest.mark.slow
+def test_compiler_directly_phase_detection_and_graph_left_alone():
+    def bw(primals_1, tangents_1):
+        return [primals_1 * tangents_1 + 1]
+
+    p, t = torch.randn(4, 6), torch.randn(6, 4).t()
+    gm, fakes = _fake_graph(bw, p, t.contiguous())
+    code_before = gm.code
+    assert any("tangents" in n.name for n in gm.graph.find_nodes(op="placeholder"))
+    compiled = inductor(gm, fakes)  # detected as backward: the tangent layout is coerced
+    torch.testing.assert_close(compiled(p, t)[0], p * t + 1)
+    assert gm.code == code_before
+
+    def single(x):
+        return x.cos()  # a graph returning a bare tensor, not a list
+
+    x = torch.randn(3)
+    gm, fakes = _fake_graph(single, x)
+    torch.testing.assert_close(copy.copy(inductor)(gm, fakes)(x), x.cos())
