@@ -31,6 +31,7 @@ import logging
 import operator
 from typing import Any, Iterable, Sequence
 
+import networkx as nx
 import torch
 import torch.fx as fx
 from torch.fx.experimental.symbolic_shapes import optimization_hint
@@ -38,6 +39,8 @@ from torch.utils import _pytree as pytree
 
 __all__ = [
     "default_partition",
+    "min_cut_rematerialization_partition",
+    "REDUCTION_RECOMPUTE_MAX_NUMEL",
     "saved_bytes",
     "SavedReport",
     "SavedValue",
@@ -127,7 +130,7 @@ def _is_impure(node: fx.Node) -> bool:
     target = node.target
     if isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
         return True
-    return node.is_impure()
+    return node.is_impure(impure_random=False)
 
 
 def _is_sym(node: fx.Node) -> bool:
@@ -259,6 +262,233 @@ def default_partition(
     # A grad that is itself a forward value (a primal, say) is returned from saved values.
     saved |= {g for g in _nodes(joint.grads) if g in forward}
     return _build(joint_module, joint, saved)
+
+
+# --------------------------------------------------------------------------- min-cut
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+#: A reduction may be recomputed in the backward when its largest input has at most this
+#: many elements (one pass over <= 4 MiB of float32, the cost of a large pointwise op).
+REDUCTION_RECOMPUTE_MAX_NUMEL = 1 << 20
+
+# Besides ops tagged ``pointwise`` and view ops (schema returns an alias, no mutation),
+# these may be recomputed: copies, reshapes, cheap dtype conversions, and factories.
+_RECOMPUTABLE = frozenset(
+    {
+        aten.clone,
+        aten._to_copy,
+        aten.to,
+        aten.type_as,
+        prims.convert_element_type,
+        aten.reshape,
+        aten._unsafe_view,
+        aten.lift_fresh_copy,
+        aten.scalar_tensor,
+        aten.full,
+        aten.zeros,
+        aten.ones,
+        aten.empty,
+        aten.arange,
+        aten.full_like,
+        aten.zeros_like,
+        aten.ones_like,
+        aten.empty_like,
+        aten.new_full,
+        aten.new_zeros,
+        aten.new_ones,
+        aten.new_empty,
+    }
+)
+
+# Reductions, recomputable below REDUCTION_RECOMPUTE_MAX_NUMEL input elements.
+_REDUCTIONS = frozenset(
+    {
+        aten.sum,
+        aten.mean,
+        aten.amax,
+        aten.amin,
+        aten.max,
+        aten.min,
+        aten.prod,
+        aten.var,
+        aten.std,
+        aten.var_mean,
+        aten.any,
+        aten.all,
+        aten.argmax,
+        aten.argmin,
+    }
+)
+
+# Everything else is never recomputed; named here because they matter most:
+# matmuls and convolutions (compute-bound), normalisations and softmax (fused reductions).
+_EXPENSIVE = frozenset(
+    {
+        aten.mm,
+        aten.bmm,
+        aten.addmm,
+        aten.baddbmm,
+        aten.convolution,
+        aten.convolution_backward,
+        aten._scaled_dot_product_flash_attention,
+        aten._scaled_dot_product_efficient_attention,
+    }
+)
+
+
+def _max_input_numel(node: fx.Node) -> int:
+    numels = [
+        _hint(a.meta["val"].numel()) for a in node.all_input_nodes if _is_tensor(a)
+    ]
+    return max(numels, default=0)
+
+
+def _is_view_op(target: torch._ops.OpOverload) -> bool:
+    schema = target._schema
+    return not schema.is_mutable and any(
+        r.alias_info is not None for r in schema.returns
+    )
+
+
+def _is_recomputable(node: fx.Node) -> bool:
+    """Whether the backward may recompute ``node`` instead of having it saved.
+
+    Allowed: getitems of multi-output nodes, constants (get_attr), symbolic-size arithmetic,
+    ops tagged ``pointwise``, view ops, the ops in ``_RECOMPUTABLE``, and reductions (sum,
+    mean, amax, ...) whose largest input has at most ``REDUCTION_RECOMPUTE_MAX_NUMEL``
+    elements. Never: random ops, mutating or side-effecting ops, primals, and any op not
+    allowed above (``_EXPENSIVE`` among them).
+    """
+    if node.op == "placeholder" or _is_random(node) or _is_impure(node):
+        return False
+    if node.op == "get_attr" or node.target is operator.getitem or _is_sym(node):
+        return True
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    packet = target.overloadpacket
+    if packet in _EXPENSIVE:
+        return False
+    if torch.Tag.pointwise in target.tags or _is_view_op(target) or packet in _RECOMPUTABLE:
+        return True
+    if packet in _REDUCTIONS:
+        return _max_input_numel(node) <= REDUCTION_RECOMPUTE_MAX_NUMEL
+    return False
+
+
+def _save_cost_bytes(node: fx.Node) -> int | None:
+    """Bytes it costs to save ``node``; a symint costs 1; None where it cannot be saved."""
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        return _hint(val.numel()) * val.element_size()
+    if isinstance(val, _SYM_TYPES):
+        return 1
+    return None
+
+
+def _has_mutations(graph: fx.Graph) -> bool:
+    return any(
+        n.op == "call_function"
+        and isinstance(n.target, torch._ops.OpOverload)
+        and n.target._schema.is_mutable
+        for n in graph.nodes
+    )
+
+
+def _choose_saved(joint: _Joint) -> set[fx.Node]:
+    """The min-cut: the cheapest set of tangent-independent values the backward can start from.
+
+    Flow network: every tangent-independent node ``n`` the backward transitively needs is
+    split into ``n_in -> n_out`` with capacity = the bytes it costs to save (infinite when it
+    cannot be saved, e.g. a tuple); ``a_out -> n_in`` is infinite for each input ``a``;
+    ``source -> n_in`` is infinite for primals and for nodes that may not be recomputed (so
+    they are computed in forward); ``a_out -> sink`` is infinite for each tangent-independent
+    value a tangent-dependent node (or a grad output) reads. Cutting ``n_in -> n_out`` means
+    saving ``n``; nodes on the sink side are recomputed in the backward.
+
+    Ties: capacities are ``bytes * scale + penalty`` where ``penalty`` is 1 for values the
+    forward would not compute anyway, so bytes dominate and, among equal-byte cuts, the
+    forward does no extra work; the cut is taken closest to the sink (least recomputation).
+    """
+    dependent = joint.tangent_dependent
+    frontier: set[fx.Node] = {
+        a
+        for n in _ancestors(_nodes(joint.grads))
+        if n in dependent
+        for a in n.all_input_nodes
+        if a not in dependent
+    }
+    frontier |= {g for g in _nodes(joint.grads) if g not in dependent}
+    candidates = _ancestors(frontier)
+    fw_required = _ancestors([*joint.primals, *_nodes(joint.fw_outs)])
+    scale = len(candidates) + 1
+
+    graph = nx.DiGraph()
+    graph.add_nodes_from(["source", "sink"])
+    for node in candidates:
+        # Edges without a "capacity" attribute are infinite in networkx. Vertex keys are
+        # (node, side) tuples so they never collide with "source"/"sink".
+        n_in, n_out = (node, "in"), (node, "out")
+        cost = _save_cost_bytes(node)
+        if cost is None:
+            graph.add_edge(n_in, n_out)
+        else:
+            penalty = 0 if node in fw_required else 1
+            graph.add_edge(n_in, n_out, capacity=cost * scale + penalty)
+        if not _is_recomputable(node):
+            graph.add_edge("source", n_in)
+        for arg in node.all_input_nodes:
+            graph.add_edge((arg, "out"), n_in)
+        if node in frontier:
+            graph.add_edge(n_out, "sink")
+    # networkx returns as sink side the vertices that reach the sink in the residual
+    # network, so the cut is the minimum one closest to the sink.
+    try:
+        cut_value, (_, sink_side) = nx.minimum_cut(graph, "source", "sink")
+    except nx.NetworkXUnbounded as err:
+        raise RuntimeError(
+            "min-cut partition: the backward needs a value that can neither be saved nor "
+            "recomputed"
+        ) from err
+    saved = {
+        node
+        for node in candidates
+        if (node, "in") not in sink_side and (node, "out") in sink_side
+    }
+    log.debug("min-cut partition: cut %s, saving %s", cut_value, sorted(n.name for n in saved))
+    return saved
+
+
+def min_cut_rematerialization_partition(
+    joint_module: fx.GraphModule,
+    joint_inputs: Any,
+    compiler: Any = None,
+    *,
+    num_fwd_outputs: int,
+    **kwargs: Any,
+) -> tuple[fx.GraphModule, fx.GraphModule]:
+    """Partition saving the fewest bytes, recomputing cheap forward ops in the backward.
+
+    Which ops may be recomputed is decided by :func:`_is_recomputable` (pointwise ops,
+    views, reshapes, cheap conversions, factories, small reductions); random ops, mutations
+    and expensive ops (matmuls, convolutions, normalisations) are computed once, in the
+    forward, and saved when the backward needs them. The saved set is a minimum cut of the
+    joint graph weighted by output bytes (see :func:`_choose_saved`).
+
+    A joint graph that contains in-place ops is not functional: moving reads of a mutated
+    buffer across the mutation would change results, so such graphs fall back to
+    :func:`default_partition` (logged at WARNING). ``joint_inputs``, ``compiler`` and extra
+    keyword arguments (torch's ``static_lifetime_input_indices``) are accepted and ignored.
+    """
+    if _has_mutations(joint_module.graph):
+        log.warning(
+            "min-cut partition: the joint graph has in-place ops; using default_partition"
+        )
+        return default_partition(joint_module, joint_inputs, num_fwd_outputs=num_fwd_outputs)
+    joint = _split_joint(joint_module, num_fwd_outputs)
+    return _build(joint_module, joint, _choose_saved(joint))
 
 
 # --------------------------------------------------------------------------- reporting
