@@ -1,0 +1,141 @@
+"""aotgrad as a ``torch.compile`` backend.
+
+``torch.compile(model, backend="aotgrad")`` works once the package is installed: the
+``torch_dynamo_backends`` entry points in pyproject.toml name :data:`aotgrad_backend` (the
+nop compiler: graphs run op by op in Python) and :func:`aotgrad_inductor_backend`.
+:func:`backend` builds a backend with your own compilers.
+
+What Dynamo (torch 2.13) hands a backend, and how it is handled:
+
+* an ``fx.GraphModule`` of torch-level ops; each graph break gives a separate graph and a
+  separate backend call, each compiled on its own;
+* ``example_inputs``: *real* tensors by default, with parameters and buffers lifted into
+  ordinary graph inputs (``inline_inbuilt_nn_modules``, the default), interleaved with the
+  user's inputs; ``SymInt``\\ s for sizes marked dynamic. With inlining turned off the
+  parameters stay attributes of the GraphModule instead. Both shapes go through
+  :func:`aotgrad.module.aot_module_simplified`, which lifts whatever state the
+  GraphModule still owns; lifted inputs are ordinary inputs to aot_function, whose
+  input-mutation handling writes BatchNorm's running stats back.
+* Example inputs are never computed on, so fake example inputs (another wrapper may pass
+  them) work the same; the returned callable is invoked with real tensors (and ints), and
+  traces on the first call.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Optional
+
+import torch
+import torch.fx
+
+from . import compilers
+from .module import aot_module_simplified
+
+__all__ = ["backend", "aotgrad_backend", "aotgrad_inductor_backend", "AotgradBackend"]
+
+log = logging.getLogger(__name__)
+
+
+def _has_symbolic(example_inputs: list[Any]) -> bool:
+    """True when Dynamo marked something dynamic (a SymInt input, or a symbolic size)."""
+    for x in example_inputs:
+        if isinstance(x, torch.SymInt):
+            return True
+        if isinstance(x, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in x.shape):
+            return True
+    return False
+
+
+class AotgradBackend:
+    """A Dynamo backend: ``backend(gm, example_inputs) -> callable``.
+
+    Holds aot_function's options; each call compiles one Dynamo graph. ``dynamic=None``
+    (the default) follows Dynamo: a graph with symbolic sizes is compiled with
+    ``dynamic=True``, any other with ``dynamic=False``.
+    """
+
+    def __init__(
+        self,
+        fw_compiler: Optional[Callable] = None,
+        bw_compiler: Optional[Callable] = None,
+        partition_fn: Optional[Callable] = None,
+        decompositions: Optional[dict] = None,
+        keep_inference_input_mutations: bool = False,
+        inference_compiler: Optional[Callable] = None,
+        dynamic: Optional[bool] = None,
+        name: str = "aotgrad",
+    ):
+        self.fw_compiler = fw_compiler if fw_compiler is not None else compilers.nop
+        self.bw_compiler = bw_compiler
+        self.partition_fn = partition_fn
+        self.decompositions = decompositions
+        self.keep_inference_input_mutations = keep_inference_input_mutations
+        self.inference_compiler = inference_compiler
+        self.dynamic = dynamic
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"AotgradBackend(name={self.name!r}, fw_compiler={getattr(self.fw_compiler, '__name__', self.fw_compiler)!r})"
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
+        if not isinstance(gm, torch.fx.GraphModule):
+            raise TypeError(
+                f"{self.name} backend: expected a torch.fx.GraphModule from Dynamo, got "
+                f"{type(gm).__name__}; pass this backend to torch.compile(backend=...)."
+            )
+        dynamic = _has_symbolic(example_inputs) if self.dynamic is None else self.dynamic
+        log.info(
+            "%s backend: graph with %d nodes, %d inputs (dynamic=%s)",
+            self.name, len(gm.graph.nodes), len(example_inputs), dynamic,
+        )
+        return aot_module_simplified(
+            gm,
+            example_inputs,
+            self.fw_compiler,
+            self.bw_compiler,
+            self.partition_fn,
+            self.decompositions,
+            self.keep_inference_input_mutations,
+            self.inference_compiler,
+            dynamic=dynamic,
+        )
+
+
+def backend(
+    fw_compiler: Optional[Callable] = None,
+    bw_compiler: Optional[Callable] = None,
+    partition_fn: Optional[Callable] = None,
+    decompositions: Optional[dict] = None,
+    keep_inference_input_mutations: bool = False,
+    inference_compiler: Optional[Callable] = None,
+    dynamic: Optional[bool] = None,
+) -> AotgradBackend:
+    """A configured backend for ``torch.compile(model, backend=aotgrad.backend(...))``.
+
+    The arguments are aot_function's; ``fw_compiler`` defaults to
+    :func:`aotgrad.compilers.nop`, ``bw_compiler`` and ``inference_compiler`` to
+    ``fw_compiler``, ``dynamic=None`` to following Dynamo.
+    """
+    return AotgradBackend(fw_compiler, bw_compiler, partition_fn, decompositions,
+                          keep_inference_input_mutations, inference_compiler, dynamic)
+
+
+#: ``torch.compile(..., backend="aotgrad")``: the nop compiler (graphs run op by op).
+aotgrad_backend = backend()
+
+
+def aotgrad_inductor_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
+    """``torch.compile(..., backend="aotgrad_inductor")``: aotgrad graphs, Inductor code.
+
+    ``aotgrad.compilers.inductor`` is looked up at call time so that importing this module
+    (which Dynamo does for every entry point it lists) never fails where it is missing.
+    """
+    inductor = getattr(compilers, "inductor", None)
+    if inductor is None:
+        raise RuntimeError(
+            "aotgrad_inductor backend: aotgrad.compilers.inductor is not available in this "
+            "version of aotgrad; use backend='aotgrad' or pass your own compiler to "
+            "aotgrad.backend(fw_compiler=...)."
+        )
+    return AotgradBackend(fw_compiler=inductor, name="aotgrad_inductor")(gm, example_inputs)

@@ -1,0 +1,458 @@
+"""Compiling ``nn.Module``s: :func:`aot_module` and :func:`aot_module_simplified`.
+
+Both are thin layers over :func:`aotgrad.api.aot_function`. A module's parameters and buffers
+become the leading inputs of a pure function of ``(*state, *user_args)``; inside that
+function the module's tensors are temporarily swapped for the traced inputs and the module is
+called as usual. So:
+
+* parameters and buffers are read **at call time**, never captured at compile time: an
+  optimizer step, ``load_state_dict`` or ``module.weight = nn.Parameter(...)`` is seen by
+  the next call without recompiling;
+* an in-place update of a buffer inside ``forward`` (BatchNorm running stats, a counter
+  ``self.steps += 1``) is an input mutation of the compiled function, which aot_function
+  writes back to the real buffer; a buffer *reassigned* in ``forward``
+  (``self.count = self.count + 1``) is returned as an extra output and assigned back;
+* Python state that ``forward`` reads at trace time cannot be seen by aot_function's cache,
+  so this module keeps its own cache on top, keyed by every submodule's identity and
+  ``training`` flag and by where each parameter/buffer lives (which names share a tensor).
+  ``model.eval()`` therefore compiles a second entry instead of reusing the training graph.
+  Other Python attributes read by ``forward`` (``self.scale = 2.0``) are baked into the
+  graph at trace time; after changing one, make a new ``aot_module``.
+
+Tied parameters (one tensor under several names) are passed once; ``num_params_buffers``
+given to aot_function is the number of *distinct* parameter and buffer tensors, parameters
+first, in ``named_parameters`` / ``named_buffers`` order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import inspect
+import linecache
+import logging
+import os
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Optional, Sequence
+
+import torch
+from torch import nn
+
+from .api import aot_function
+
+__all__ = ["aot_module", "aot_module_simplified", "AOTModule"]
+
+log = logging.getLogger(__name__)
+
+# Where a state tensor lives: (index into the module list, attribute name, is_parameter).
+_Location = tuple[int, str, bool]
+
+
+@dataclass(frozen=True)
+class _StateLayout:
+    """The module tree's shape, as far as a traced graph depends on it.
+
+    ``modules`` is ``named_modules(remove_duplicate=False)`` in order (a shared submodule
+    appears once per path). ``slots[i]`` lists every place the i-th distinct state tensor
+    is stored; parameters come before buffers. ``key`` is hashable and equal for two calls
+    exactly when a graph traced for one is valid for the other (same modules, same
+    training flags, same storage layout of state).
+    """
+
+    modules: tuple[nn.Module, ...]
+    names: tuple[str, ...]  # qualified name of each entry of ``modules`` ("" = root)
+    slots: tuple[tuple[_Location, ...], ...]
+    num_params: int  # distinct tensors that are parameters (the leading slots)
+    key: tuple
+
+
+def _snapshot(root: nn.Module) -> tuple[tuple, list[torch.Tensor]]:
+    """Walk ``root`` once: return (cache key, distinct state tensors in slot order).
+
+    This runs on every call, so it builds only the key (ids, flags, attribute names) and
+    the tensor list; the full :class:`_StateLayout` is built by :func:`_layout` on a miss.
+    """
+    module_key: list[tuple[int, bool]] = []
+    param_slot: dict[int, int] = {}
+    buffer_slot: dict[int, int] = {}
+    params: list[torch.Tensor] = []
+    buffers: list[torch.Tensor] = []
+    param_locs: list[tuple[int, str]] = []
+    buffer_locs: list[tuple[int, str]] = []
+    for i, (_, m) in enumerate(root.named_modules(remove_duplicate=False)):
+        module_key.append((id(m), m.training))
+        for attr, t in m._parameters.items():
+            if t is None:
+                continue
+            slot = param_slot.setdefault(id(t), len(params))
+            if slot == len(params):
+                params.append(t)
+            param_locs.append((i, attr, slot))
+        for attr, t in m._buffers.items():
+            if t is None:
+                continue
+            slot = buffer_slot.setdefault(id(t), len(buffers))
+            if slot == len(buffers):
+                buffers.append(t)
+            buffer_locs.append((i, attr, slot))
+    key = (tuple(module_key), tuple(param_locs), tuple(buffer_locs))
+    return key, params + buffers
+
+
+def _layout(root: nn.Module, key: tuple) -> _StateLayout:
+    """Build the full layout for a snapshot key (on a cache miss only)."""
+    named = list(root.named_modules(remove_duplicate=False))
+    module_key, param_locs, buffer_locs = key
+    num_params = 1 + max((s for _, _, s in param_locs), default=-1)
+    num_buffers = 1 + max((s for _, _, s in buffer_locs), default=-1)
+    slots: list[list[_Location]] = [[] for _ in range(num_params + num_buffers)]
+    for i, attr, s in param_locs:
+        slots[s].append((i, attr, True))
+    for i, attr, s in buffer_locs:
+        slots[num_params + s].append((i, attr, False))
+    return _StateLayout(
+        modules=tuple(m for _, m in named),
+        names=tuple(n for n, _ in named),
+        slots=tuple(tuple(s) for s in slots),
+        num_params=num_params,
+        key=key,
+    )
+
+
+def _qualname(layout: _StateLayout, loc: _Location) -> str:
+    prefix = layout.names[loc[0]]
+    return f"{prefix}.{loc[1]}" if prefix else loc[1]
+
+
+@contextlib.contextmanager
+def _swapped_state(layout: _StateLayout, values: Sequence[torch.Tensor]) -> Iterator[dict]:
+    """Temporarily store ``values`` in the module tree in place of its real tensors.
+
+    Writes go straight into ``_parameters`` / ``_buffers``: ``setattr`` would reject a
+    plain (traced) tensor under a parameter's name. Yields a dict that, on exit of the
+    body, is filled with ``slot -> tensor`` for every buffer that ``forward`` reassigned;
+    the real tensors are always restored, even when the body raises.
+    """
+    saved: list[tuple[dict, str, Any]] = []
+    reassigned: dict[int, Any] = {}
+    try:
+        for slot, value in zip(layout.slots, values):
+            for i, attr, is_param in slot:
+                table = layout.modules[i]._parameters if is_param else layout.modules[i]._buffers
+                saved.append((table, attr, table[attr]))
+                table[attr] = value
+        yield reassigned
+        for s, (slot, value) in enumerate(zip(layout.slots, values)):
+            for i, attr, is_param in slot:
+                m = layout.modules[i]
+                table = m._parameters if is_param else m._buffers
+                now = table.get(attr, None)
+                if now is value:
+                    continue
+                where = _qualname(layout, (i, attr, is_param))
+                if is_param or not isinstance(now, torch.Tensor):
+                    raise RuntimeError(
+                        f"aot_module: forward() replaced {'parameter' if is_param else 'buffer'} "
+                        f"'{where}' with {type(now).__name__}; only reassigning a buffer to a "
+                        "tensor is supported. Update it in place instead (e.g. "
+                        "`self.x.copy_(new)`)."
+                    )
+                reassigned[s] = now
+    finally:
+        for table, attr, old in reversed(saved):
+            table[attr] = old
+
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_TORCH_NN_DIR = os.path.join(_TORCH_DIR, "nn") + os.sep
+_NN_MODULE_PLUMBING = os.path.join(_TORCH_DIR, "nn", "modules", "module.py")
+_AOTGRAD_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _is_internal(filename: str) -> bool:
+    """Frames a user cannot act on: aotgrad, and torch apart from torch.nn's layer code.
+
+    torch/nn's layers and functional.py count as user-level source (the error is at
+    ``batchnorm.py: float(self.num_batches_tracked)``, say); Module.__call__'s plumbing
+    does not.
+    """
+    if filename.startswith("<") or filename.startswith(_AOTGRAD_DIR):
+        return True
+    if filename.startswith(_TORCH_NN_DIR):
+        return filename == _NN_MODULE_PLUMBING
+    return filename.startswith(_TORCH_DIR)
+
+
+def _user_frame(exc: BaseException) -> Optional[traceback.FrameSummary]:
+    """The innermost traceback frame that is the user's (or torch.nn's) source line."""
+    found = None
+    for fs in traceback.extract_tb(exc.__traceback__):
+        if not _is_internal(fs.filename):
+            found = fs
+    return found
+
+
+def _note_user_line(exc: BaseException, what: str) -> None:
+    """Attach the user's source line to a trace-time error, unless it already names it.
+
+    The core is expected to name the op and line itself; this is a safety net so that a
+    module-level failure always says where in the user's ``forward`` it happened.
+    """
+    fs = _user_frame(exc)
+    if fs is None:
+        return
+    where = f"{fs.filename}:{fs.lineno}"
+    if where in str(exc) or any(where in n for n in getattr(exc, "__notes__", ())):
+        return
+    line = (fs.line or linecache.getline(fs.filename, fs.lineno)).strip()
+    note = f"aotgrad: while tracing {what}, at {where}: {line}"
+    if _is_data_dependent(exc):
+        note += (
+            "\n  This line needs a tensor's value in Python (data-dependent control flow, "
+            "bool(tensor), .item()), which cannot be captured in a graph. Express it with "
+            "tensor ops (torch.where) or move it out of forward."
+        )
+    exc.add_note(note)
+
+
+def _is_data_dependent(exc: BaseException) -> bool:
+    """Whether ``exc`` is fake-tensor tracing refusing to produce a concrete value."""
+    name = type(exc).__name__
+    return "DataDependent" in name or "_local_scalar_dense" in str(exc)
+
+
+def _describe_forward(root: nn.Module) -> str:
+    fwd = type(root).forward
+    try:
+        src = inspect.getsourcefile(fwd)
+        _, lineno = inspect.getsourcelines(fwd)
+        return f"{type(root).__name__}.forward (defined at {src}:{lineno})"
+    except (OSError, TypeError):
+        return f"{type(root).__name__}.forward"
+
+
+class _CompiledForward:
+    """The callable both entry points return: ``(*user_args, **kwargs) -> forward(...)``.
+
+    Holds one aot_function per :class:`_StateLayout` key. Every call walks the module
+    tree once (:func:`_snapshot`), picks the entry and calls it with the state tensors
+    prepended; aot_function then handles input metadata, grad mode, mutations and aliasing.
+    """
+
+    def __init__(self, root: nn.Module, aot_kwargs: dict[str, Any]):
+        self.root = root
+        self.aot_kwargs = aot_kwargs
+        self.entries: dict[tuple, tuple[_StateLayout, Callable]] = {}
+
+    def __deepcopy__(self, memo: dict) -> "_CompiledForward":
+        # Entries close over the original modules; a copy must trace its own.
+        return _CompiledForward(copy.deepcopy(self.root, memo), dict(self.aot_kwargs))
+
+    def _entry(self, key: tuple) -> tuple[_StateLayout, Callable]:
+        layout = _layout(self.root, key)
+        root = self.root
+        n_state = len(layout.slots)
+        what = _describe_forward(root)
+
+        def functional_forward(*flat: Any, **kwargs: Any) -> Any:
+            # Runs only while aot_function traces (on fake tensors); never on a real call.
+            state, args = flat[:n_state], flat[n_state:]
+            try:
+                with _swapped_state(layout, state) as reassigned:
+                    out = root(*args, **kwargs)
+            except Exception as e:  # re-raised unchanged, with the user's line attached
+                _note_user_line(e, what)
+                raise
+            return out, reassigned
+
+        log.info(
+            "aot_module: new entry for %s (%d params, %d buffers, %d modules, training=%s)",
+            type(root).__name__, layout.num_params, n_state - layout.num_params,
+            len(layout.modules), root.training,
+        )
+        compiled = aot_function(functional_forward, num_params_buffers=n_state, **self.aot_kwargs)
+        return layout, compiled
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        key, state = _snapshot(self.root)
+        entry = self.entries.get(key)
+        if entry is None:
+            entry = self.entries[key] = self._entry(key)
+        layout, compiled = entry
+        try:
+            out, reassigned = compiled(*state, *args, **kwargs)
+        except Exception as e:
+            self._explain_call_error(e, args, kwargs)
+            raise
+        for s, value in reassigned.items():
+            # forward() did `self.buf = new_tensor`: do the same to the real module.
+            for i, attr, _ in layout.slots[s]:
+                layout.modules[i]._buffers[attr] = value
+        return out
+
+    def _explain_call_error(self, exc: Exception, args: tuple, kwargs: dict) -> None:
+        """Turn "the user called with the wrong arguments" into a TypeError saying so.
+
+        Checked only after a failure, so a good call pays nothing for it.
+        """
+        try:
+            inspect.signature(self.root.forward).bind(*args, **kwargs)
+        except TypeError as bind_error:
+            raise TypeError(
+                f"{_describe_forward(self.root)} cannot take the arguments it was called with "
+                f"({len(args)} positional, keyword {sorted(kwargs)}): {bind_error}. Call the "
+                "compiled module exactly as you would call the original one."
+            ) from exc
+        except ValueError:  # no signature available (builtin); nothing better to say
+            pass
+
+
+def _aot_kwargs(
+    fw_compiler: Callable,
+    bw_compiler: Optional[Callable],
+    partition_fn: Optional[Callable],
+    decompositions: Optional[dict],
+    keep_inference_input_mutations: bool,
+    inference_compiler: Optional[Callable],
+    dynamic: bool,
+) -> dict[str, Any]:
+    kwargs: dict[str, Any] = dict(
+        fw_compiler=fw_compiler,
+        bw_compiler=bw_compiler,
+        decompositions=decompositions,
+        keep_inference_input_mutations=keep_inference_input_mutations,
+        inference_compiler=inference_compiler,
+        dynamic=dynamic,
+    )
+    if partition_fn is not None:  # let aot_function pick its own default partitioner
+        kwargs["partition_fn"] = partition_fn
+    return kwargs
+
+
+class AOTModule(nn.Module):
+    """An ``nn.Module`` whose forward runs graphs compiled by aot_function.
+
+    It *is* the original module as far as state goes: it shares the original's
+    ``_parameters``, ``_buffers`` and ``_modules`` dicts (so ``parameters()``,
+    ``state_dict()`` keys and values, ``.to()``, and an optimizer built on either object are
+    the same), ``train()``/``eval()`` switch both, and attributes it lacks are looked up on
+    the original (``orig_module``). Only ``forward`` differs.
+    """
+
+    def __init__(self, orig_module: nn.Module, compiled_forward: _CompiledForward):
+        super().__init__()
+        # Assigned through __dict__ so that nn.Module does not register orig_module as a
+        # child: a child would prefix every state_dict key with "orig_module.".
+        d = self.__dict__
+        d["orig_module"] = orig_module
+        d["_compiled_forward"] = compiled_forward
+        d["_parameters"] = orig_module._parameters
+        d["_buffers"] = orig_module._buffers
+        d["_non_persistent_buffers_set"] = orig_module._non_persistent_buffers_set
+        d["_modules"] = orig_module._modules
+        d["training"] = orig_module.training
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self._compiled_forward(*args, **kwargs)
+
+    def train(self, mode: bool = True) -> "AOTModule":
+        self.orig_module.train(mode)
+        self.training = mode
+        return self
+
+    # The original's own state_dict machinery (custom _save_to_state_dict, extra state,
+    # hooks registered on it) must produce exactly what it would for the original module.
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        return self.orig_module.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
+        return self.orig_module.load_state_dict(state_dict, strict=strict, assign=assign)
+
+    def _save_to_state_dict(self, *args: Any) -> None:
+        self.orig_module._save_to_state_dict(*args)
+
+    def _load_from_state_dict(self, *args: Any) -> None:
+        self.orig_module._load_from_state_dict(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            orig = self.__dict__.get("orig_module")
+            if orig is None:
+                raise
+            return getattr(orig, name)
+
+    def extra_repr(self) -> str:
+        return f"orig_module={type(self.orig_module).__name__}"
+
+
+def aot_module(
+    mod: nn.Module,
+    fw_compiler: Callable,
+    bw_compiler: Optional[Callable] = None,
+    partition_fn: Optional[Callable] = None,
+    decompositions: Optional[dict] = None,
+    keep_inference_input_mutations: bool = False,
+    inference_compiler: Optional[Callable] = None,
+    *,
+    dynamic: bool = False,
+) -> AOTModule:
+    """Compile ``mod`` with aot_function; return a module that shares its state.
+
+    The returned :class:`AOTModule` is called like ``mod``. Its parameters, buffers and
+    ``state_dict()`` are ``mod``'s (same objects, same keys). Each call passes the current
+    parameters and buffers as the leading graph inputs (``num_params_buffers`` = their
+    number), so optimizer updates are seen without recompiling; buffer mutations made by
+    ``forward`` are written back. A change of any submodule's ``training`` flag, of the
+    module tree, or of an input's metadata or grad mode compiles a new graph; tracing
+    happens on the first call of each.
+
+    The remaining arguments have aot_function's meaning.
+    """
+    if not isinstance(mod, nn.Module):
+        raise TypeError(
+            f"aot_module expects an nn.Module, got {type(mod).__name__}; use "
+            "aotgrad.aot_function for plain functions."
+        )
+    kwargs = _aot_kwargs(fw_compiler, bw_compiler, partition_fn, decompositions,
+                         keep_inference_input_mutations, inference_compiler, dynamic)
+    return AOTModule(mod, _CompiledForward(mod, kwargs))
+
+
+def aot_module_simplified(
+    mod: nn.Module,
+    args: Sequence[Any],
+    fw_compiler: Callable,
+    bw_compiler: Optional[Callable] = None,
+    partition_fn: Optional[Callable] = None,
+    decompositions: Optional[dict] = None,
+    keep_inference_input_mutations: bool = False,
+    inference_compiler: Optional[Callable] = None,
+    *,
+    dynamic: bool = False,
+) -> Callable:
+    """The backend entry point: a plain callable over ``mod``'s user inputs.
+
+    ``mod``'s parameters and buffers become the leading inputs of the compiled graphs (read
+    at call time, like :func:`aot_module`); the returned function takes only the user
+    inputs. ``args`` are example user inputs, real or fake (Dynamo passes real tensors,
+    and SymInts for dynamic sizes); they are checked against ``mod.forward``'s signature
+    here, but tracing happens on the first real call, on fake copies aot_function makes
+    itself — so fake or real, ``args`` are never computed on and never mutated.
+    """
+    if not isinstance(mod, nn.Module):
+        raise TypeError(f"aot_module_simplified expects an nn.Module, got {type(mod).__name__}")
+    try:
+        inspect.signature(mod.forward).bind(*args)
+    except TypeError as e:
+        raise TypeError(
+            f"aot_module_simplified: the {len(args)} example inputs do not fit "
+            f"{_describe_forward(mod)}: {e}"
+        ) from None
+    except ValueError:
+        pass
+    kwargs = _aot_kwargs(fw_compiler, bw_compiler, partition_fn, decompositions,
+                         keep_inference_input_mutations, inference_compiler, dynamic)
+    return _CompiledForward(mod, kwargs)

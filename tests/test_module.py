@@ -1,0 +1,451 @@
+"""aot_module / aot_module_simplified against eager (issue 4, bullets 1-3, 6, 7).
+
+Every test builds a module, deep-copies it as the eager reference, and checks that the
+compiled module's outputs, gradients, parameters and buffers equal the reference's. With the
+nop compiler the compiled graphs run the same ATen kernels eager runs, so comparisons use a
+tight tolerance (``_close``) rather than bitwise equality only to allow for decompositions.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+
+import pytest
+import torch
+from torch import nn
+
+from aotgrad.compilers import nop
+from aotgrad.module import AOTModule, aot_module, aot_module_simplified
+
+RTOL, ATOL = 1e-5, 1e-6
+
+
+def _close(a: torch.Tensor, b: torch.Tensor) -> None:
+    torch.testing.assert_close(a, b, rtol=RTOL, atol=ATOL)
+
+
+def _state_close(m1: nn.Module, m2: nn.Module) -> None:
+    s1, s2 = m1.state_dict(), m2.state_dict()
+    assert list(s1) == list(s2)
+    for k in s1:
+        torch.testing.assert_close(s1[k], s2[k], rtol=RTOL, atol=ATOL, msg=lambda m: f"{k}: {m}")
+
+
+class Counting:
+    """A compiler that records the graphs it is given and runs them as nop does."""
+
+    def __init__(self) -> None:
+        self.graphs: list[torch.fx.GraphModule] = []
+
+    def __call__(self, gm, example_inputs):
+        self.graphs.append(gm)
+        return gm
+
+
+class CounterNet(nn.Module):
+    """A linear layer plus a step counter buffer bumped in place by every forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 3)
+        self.register_buffer("steps", torch.zeros((), dtype=torch.long))
+
+    def forward(self, x):
+        self.steps += 1
+        return self.lin(x).relu()
+
+
+# --- bullet 1: a module that shares state with the original ---------------------------------
+
+
+def test_returns_module_sharing_parameters_and_state_dict():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 5), nn.BatchNorm1d(5), nn.Linear(5, 2))
+    cm = aot_module(m, nop)
+    assert isinstance(cm, nn.Module) and isinstance(cm, AOTModule)
+    assert [id(p) for p in cm.parameters()] == [id(p) for p in m.parameters()]
+    assert [id(b) for b in cm.buffers()] == [id(b) for b in m.buffers()]
+    sd_c, sd_m = cm.state_dict(), m.state_dict()
+    assert list(sd_c) == list(sd_m)
+    assert all(sd_c[k] is sd_m[k] or torch.equal(sd_c[k], sd_m[k]) for k in sd_m)
+    assert dict(cm.named_parameters()).keys() == dict(m.named_parameters()).keys()
+    # load_state_dict through the wrapper lands in the original.
+    new = {k: torch.randn_like(v.float()).to(v.dtype) for k, v in sd_m.items()}
+    cm.load_state_dict(new)
+    for k, v in m.state_dict().items():
+        assert torch.equal(v, new[k])
+    # Attribute lookup falls through to the original module's own attributes.
+    m.note = "hello"
+    assert cm.note == "hello" and cm.orig_module is m
+
+
+@pytest.mark.parametrize("opt_on", ["original", "compiled"])
+def test_optimizer_on_either_module_updates_both(opt_on):
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 5), nn.Tanh(), nn.Linear(5, 2))
+    ref = copy.deepcopy(m)
+    cm = aot_module(m, nop)
+    opt = torch.optim.SGD((m if opt_on == "original" else cm).parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    x = torch.randn(3, 4)
+    for _ in range(3):
+        opt.zero_grad()
+        ref_opt.zero_grad()
+        cm(x).square().sum().backward()
+        ref(x).square().sum().backward()
+        opt.step()
+        ref_opt.step()
+    _state_close(m, ref)
+    _state_close(cm, ref)
+    _close(cm(x), ref(x))
+
+
+def test_parameters_are_read_at_call_time():
+    """An optimizer step or a replaced parameter is seen without recompiling."""
+    m = nn.Linear(3, 2)
+    fw = Counting()
+    cm = aot_module(m, fw, nop)
+    x = torch.randn(2, 3)
+    cm(x)
+    with torch.no_grad():
+        m.weight.mul_(2)
+    _close(cm(x), m(x))
+    m.weight = nn.Parameter(torch.randn(2, 3))
+    _close(cm(x), m(x))
+    assert len(fw.graphs) == 1
+
+
+def test_gradients_match_eager_including_input_grad():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 6), nn.GELU(), nn.LayerNorm(6), nn.Linear(6, 1))
+    ref = copy.deepcopy(m)
+    cm = aot_module(m, nop)
+    x = torch.randn(5, 4, requires_grad=True)
+    xr = x.detach().clone().requires_grad_()
+    out, out_r = cm(x), ref(xr)
+    _close(out, out_r)
+    assert out.requires_grad and out.grad_fn is not None
+    out.sum().backward()
+    out_r.sum().backward()
+    _close(x.grad, xr.grad)
+    for (n, p), (_, pr) in zip(m.named_parameters(), ref.named_parameters()):
+        _close(p.grad, pr.grad)
+
+
+def test_tied_parameters_passed_once_and_grads_accumulate():
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(3, 3, bias=False)
+            self.b = nn.Linear(3, 3, bias=False)
+            self.b.weight = self.a.weight
+
+        def forward(self, x):
+            return self.b(self.a(x))
+
+    torch.manual_seed(0)
+    m = Tied()
+    ref = copy.deepcopy(m)
+    fw = Counting()
+    cm = aot_module(m, fw, nop)
+    x = torch.randn(2, 3)
+    cm(x).sum().backward()
+    ref(x).sum().backward()
+    _close(m.a.weight.grad, ref.a.weight.grad)
+    assert m.b.weight is m.a.weight
+    n_placeholders = sum(1 for n in fw.graphs[0].graph.nodes if n.op == "placeholder")
+    assert n_placeholders == 2  # one shared weight + x
+
+
+def test_keyword_arguments():
+    class KW(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+
+        def forward(self, x, *, scale=1.0, shift=None):
+            y = self.lin(x) * scale
+            return y if shift is None else y + shift
+
+    m = KW()
+    cm = aot_module(m, nop)
+    x, s = torch.randn(2, 3), torch.randn(3)
+    _close(cm(x), m(x))
+    _close(cm(x, scale=2.0, shift=s), m(x, scale=2.0, shift=s))
+
+
+def test_nested_inside_a_parent_module_keeps_state_dict_keys():
+    torch.manual_seed(0)
+    inner = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3))
+    parent = nn.Sequential(nn.Linear(3, 3), inner)
+    keys = list(parent.state_dict())
+    parent[1] = aot_module(inner, nop)
+    assert list(parent.state_dict()) == keys
+    parent.eval()
+    assert not inner.training and not inner[1].training
+    parent.load_state_dict(parent.state_dict())
+
+
+def test_deepcopy_gives_an_independent_compiled_module():
+    torch.manual_seed(0)
+    m = CounterNet()
+    cm = aot_module(m, nop)
+    x = torch.randn(2, 4)
+    cm(x)
+    cm2 = copy.deepcopy(cm)
+    assert cm2.orig_module is not m
+    cm2(x)
+    cm2(x)
+    assert int(m.steps) == 1 and int(cm2.orig_module.steps) == 3
+    _close(cm2(x), m(x))
+
+
+# --- bullet 2: buffer mutation in forward ----------------------------------------------------
+
+
+def test_counter_buffer_mutated_in_place_is_written_back():
+    m = CounterNet()
+    cm = aot_module(m, nop)
+    x = torch.randn(2, 4)
+    for _ in range(5):
+        cm(x).sum().backward()
+    assert int(m.steps) == 5
+    with torch.no_grad():
+        cm(x)
+    assert int(m.steps) == 6
+
+
+def test_buffer_reassigned_in_forward_is_assigned_back():
+    class Reassign(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("total", torch.zeros(3))
+
+        def forward(self, x):
+            self.total = self.total + x.detach().sum(0)
+            return x * 2
+
+    m, ref = Reassign(), Reassign()
+    cm = aot_module(m, nop)
+    for i in range(3):
+        x = torch.full((2, 3), float(i))
+        _close(cm(x), ref(x))
+    _close(m.total, ref.total)
+    assert "total" in m.state_dict()
+
+
+def test_batchnorm_running_stats_match_eager_after_steps():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.ReLU())
+    ref = copy.deepcopy(m)
+    cm = aot_module(m, nop)
+    opt, ref_opt = (torch.optim.SGD(mm.parameters(), lr=0.05) for mm in (m, ref))
+    for step in range(6):
+        x = torch.randn(8, 4, generator=torch.Generator().manual_seed(step))
+        for mod, o in ((cm, opt), (ref, ref_opt)):
+            o.zero_grad()
+            mod(x).square().mean().backward()
+            o.step()
+    _state_close(m, ref)
+    assert int(m[1].num_batches_tracked) == 6
+
+
+def test_buffers_untouched_by_compilation_itself():
+    """Tracing runs on fake tensors: a compile must not advance buffers or the RNG."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Dropout(0.5))
+    ref = copy.deepcopy(m)
+    cm = aot_module(m, nop)
+    x = torch.randn(6, 4)
+    torch.manual_seed(1)
+    out = cm(x)
+    state_after = torch.get_rng_state()
+    torch.manual_seed(1)
+    out_r = ref(x)
+    assert torch.equal(state_after, torch.get_rng_state())
+    _close(out, out_r)
+    _state_close(m, ref)
+
+
+# --- bullet 3: aot_module_simplified -----------------------------------------------------------
+
+
+def test_aot_module_simplified_prepends_state():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 5), nn.BatchNorm1d(5))
+    ref = copy.deepcopy(m)
+    fw = Counting()
+    x = torch.randn(3, 4)
+    f = aot_module_simplified(m, [x], fw, nop)
+    assert not isinstance(f, nn.Module) and callable(f)
+    out, out_r = f(x), ref(x)
+    _close(out, out_r)
+    placeholders = [n for n in fw.graphs[0].graph.nodes if n.op == "placeholder"]
+    n_state = len(list(m.parameters())) + len(list(m.buffers()))
+    assert len(placeholders) == n_state + 1
+    out.sum().backward()
+    out_r.sum().backward()
+    _state_close(m, ref)
+    _close(m[0].weight.grad, ref[0].weight.grad)
+
+
+def test_aot_module_simplified_accepts_fake_example_inputs():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    m = nn.Linear(3, 2)
+    fake_x = FakeTensorMode().from_tensor(torch.randn(4, 3))
+    f = aot_module_simplified(m, [fake_x], nop)
+    x = torch.randn(4, 3)
+    _close(f(x), m(x))
+
+
+def test_aot_module_simplified_rejects_wrong_example_arity():
+    with pytest.raises(TypeError, match="example inputs do not fit"):
+        aot_module_simplified(nn.Linear(3, 2), [torch.randn(1, 3), torch.randn(1, 3)], nop)
+
+
+# --- bullet 6: recompilation -----------------------------------------------------------------
+
+
+def test_recompiles_on_train_eval_switch_and_reuses_entries():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Dropout(0.3))
+    ref = copy.deepcopy(m)
+    fw = Counting()
+    cm = aot_module(m, fw, nop)
+    x = torch.randn(5, 4)
+    torch.manual_seed(3)
+    cm(x)
+    n_train = len(fw.graphs)
+    torch.manual_seed(3)
+    ref(x)
+    cm.eval()
+    ref.eval()
+    _close(cm(x), ref(x))  # eval: running stats, no dropout
+    assert len(fw.graphs) == n_train + 1
+    cm.train()
+    ref.train()
+    torch.manual_seed(4)
+    out = cm(x)
+    torch.manual_seed(4)
+    _close(out, ref(x))
+    assert len(fw.graphs) == n_train + 1  # the training entry is reused
+    _state_close(m, ref)
+
+
+def test_submodule_mode_change_alone_recompiles():
+    m = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))
+    fw = Counting()
+    cm = aot_module(m, fw, nop)
+    x = torch.randn(3, 4)
+    cm(x)
+    m[1].eval()  # only a child changes mode
+    _close(cm(x), m(x))
+    assert len(fw.graphs) == 2
+
+
+def test_recompiles_on_input_metadata_change():
+    m = nn.Linear(4, 2)
+    fw = Counting()
+    cm = aot_module(m, fw, nop)
+    cm(torch.randn(3, 4))
+    cm(torch.randn(3, 4))
+    assert len(fw.graphs) == 1
+    for x in (torch.randn(5, 4), torch.randn(4, 3).t(), torch.randn(3, 4, requires_grad=True)):
+        _close(cm(x), m(x))
+    assert len(fw.graphs) == 4
+    with torch.no_grad():
+        out = cm(torch.randn(3, 4))
+    assert not out.requires_grad
+
+
+def test_grad_mode_is_part_of_the_key():
+    m = nn.Linear(3, 2)
+    cm = aot_module(m, nop)
+    x = torch.randn(2, 3)
+    with torch.no_grad():
+        assert not cm(x).requires_grad
+    out = cm(x)
+    assert out.requires_grad
+    out.sum().backward()
+    assert m.weight.grad is not None
+
+
+# --- bullet 7: bad input ------------------------------------------------------------------------
+
+
+def _snapshot_state(m: nn.Module) -> dict:
+    return {k: (v, v.detach().clone()) for k, v in m.state_dict(keep_vars=True).items()}
+
+
+def _assert_untouched(m: nn.Module, snap: dict) -> None:
+    now = m.state_dict(keep_vars=True)
+    assert list(now) == list(snap)
+    for k, (obj, val) in snap.items():
+        assert now[k] is obj, f"{k} was replaced"
+        assert type(now[k]) in (torch.Tensor, nn.Parameter), f"{k} left as {type(now[k])}"
+        assert torch.equal(now[k].detach(), val), f"{k} changed"
+
+
+@pytest.mark.parametrize("call", ["too_many", "too_few", "bad_kwarg"])
+def test_wrong_number_of_arguments(call):
+    m = CounterNet()
+    snap = _snapshot_state(m)
+    cm = aot_module(m, nop)
+    x = torch.randn(2, 4)
+    args, kwargs = {"too_many": ((x, x), {}), "too_few": ((), {}), "bad_kwarg": ((x,), {"y": x})}[call]
+    with pytest.raises(TypeError) as info:
+        cm(*args, **kwargs)
+    msg = str(info.value)
+    _, line = inspect.getsourcelines(CounterNet.forward)
+    assert "CounterNet.forward" in msg and f"{__file__}:{line}" in msg
+    _assert_untouched(m, snap)
+    _close(cm(x), m.lin(x).relu())  # still usable afterwards
+
+
+class DataDependent(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(3)
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        self.calls += 1
+        y = self.bn(x)
+        if y.sum() > 0:  # data-dependent Python control flow
+            return y * 2
+        return y
+
+
+def test_data_dependent_control_flow_names_the_user_line():
+    m = DataDependent()
+    snap = _snapshot_state(m)
+    cm = aot_module(m, nop)
+    with pytest.raises(Exception) as info:
+        cm(torch.randn(4, 3))
+    lines, start = inspect.getsourcelines(DataDependent.forward)
+    bad = start + next(i for i, s in enumerate(lines) if "if y.sum() > 0" in s)
+    text = str(info.value) + "\n".join(getattr(info.value, "__notes__", []))
+    assert f"{__file__}:{bad}" in text or f'File "{__file__}", line {bad}' in text, text
+    assert "data" in text.lower()
+    _assert_untouched(m, snap)
+
+
+def test_not_a_module():
+    with pytest.raises(TypeError, match="aot_function"):
+        aot_module(lambda x: x, nop)
+
+
+def test_batchnorm_cumulative_average_is_rejected_at_its_source_line():
+    """momentum=None reads float(num_batches_tracked) in Python: data-dependent."""
+    import torch.nn.modules.batchnorm as bn_src
+
+    m = nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6, momentum=None))
+    snap = _snapshot_state(m)
+    cm = aot_module(m, nop)
+    with pytest.raises(Exception) as info:
+        cm(torch.randn(8, 4))
+    text = str(info.value) + "\n".join(getattr(info.value, "__notes__", []))
+    assert bn_src.__file__ in text and "num_batches_tracked" in text, text
+    _assert_untouched(m, snap)
