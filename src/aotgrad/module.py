@@ -185,19 +185,40 @@ def _is_internal(filename: str) -> bool:
 
 
 def _user_frame(exc: BaseException) -> Optional[traceback.FrameSummary]:
-    """The innermost traceback frame that is the user's (or torch.nn's) source line."""
+    """The innermost user-level source line (see :func:`_is_internal`) behind ``exc``.
+
+    Follows ``__cause__`` / ``__context__``: the core may wrap a tracing failure in its own
+    error, and the user's frames are then in the traceback of the wrapped exception.
+    """
     found = None
-    for fs in traceback.extract_tb(exc.__traceback__):
-        if not _is_internal(fs.filename):
-            found = fs
+    seen: set[int] = set()
+    e: Optional[BaseException] = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        for fs in traceback.extract_tb(e.__traceback__):
+            if not _is_internal(fs.filename):
+                found = fs
+        e = e.__cause__ or e.__context__
     return found
+
+
+def _chain_text(exc: BaseException) -> str:
+    parts, seen = [], set()
+    e: Optional[BaseException] = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        parts.append(str(e))
+        parts.extend(getattr(e, "__notes__", ()))
+        e = e.__cause__ or e.__context__
+    return "\n".join(parts)
 
 
 def _note_user_line(exc: BaseException, what: str) -> None:
     """Attach the user's source line to a trace-time error, unless it already names it.
 
-    The core is expected to name the op and line itself; this is a safety net so that a
-    module-level failure always says where in the user's ``forward`` it happened.
+    The core names the user's line itself where it finds one outside torch; this is the
+    module-level safety net: it also accepts torch.nn layer code as the "user" line (an
+    ``nn.Sequential`` of stock layers has no other) and never changes the exception.
     """
     fs = _user_frame(exc)
     if fs is None:
@@ -206,7 +227,7 @@ def _note_user_line(exc: BaseException, what: str) -> None:
     if where in str(exc) or any(where in n for n in getattr(exc, "__notes__", ())):
         return
     line = (fs.line or linecache.getline(fs.filename, fs.lineno)).strip()
-    note = f"aotgrad: while tracing {what}, at {where}: {line}"
+    note = f"aotgrad: error in {what}, at {where}: {line}"
     if _is_data_dependent(exc):
         note += (
             "\n  This line needs a tensor's value in Python (data-dependent control flow, "
@@ -217,9 +238,9 @@ def _note_user_line(exc: BaseException, what: str) -> None:
 
 
 def _is_data_dependent(exc: BaseException) -> bool:
-    """Whether ``exc`` is fake-tensor tracing refusing to produce a concrete value."""
-    name = type(exc).__name__
-    return "DataDependent" in name or "_local_scalar_dense" in str(exc)
+    """Whether ``exc`` (or what it wraps) is tracing refusing to produce a concrete value."""
+    text = _chain_text(exc)
+    return "DataDependent" in text or "_local_scalar_dense" in text
 
 
 def _describe_forward(root: nn.Module) -> str:
@@ -253,17 +274,12 @@ class _CompiledForward:
         layout = _layout(self.root, key)
         root = self.root
         n_state = len(layout.slots)
-        what = _describe_forward(root)
 
         def functional_forward(*flat: Any, **kwargs: Any) -> Any:
             # Runs only while aot_function traces (on fake tensors); never on a real call.
             state, args = flat[:n_state], flat[n_state:]
-            try:
-                with _swapped_state(layout, state) as reassigned:
-                    out = root(*args, **kwargs)
-            except Exception as e:  # re-raised unchanged, with the user's line attached
-                _note_user_line(e, what)
-                raise
+            with _swapped_state(layout, state) as reassigned:
+                out = root(*args, **kwargs)
             return out, reassigned
 
         log.info(
@@ -284,6 +300,7 @@ class _CompiledForward:
             out, reassigned = compiled(*state, *args, **kwargs)
         except Exception as e:
             self._explain_call_error(e, args, kwargs)
+            _note_user_line(e, _describe_forward(self.root))  # unchanged, plus the line
             raise
         for s, value in reassigned.items():
             # forward() did `self.buf = new_tensor`: do the same to the real module.
