@@ -1,0 +1,20 @@
+"""aotgrad: ahead-of-time forward and backward capture with exact eager semantics."""
+
+from . import compilers, partition
+from .api import aot_function
+from .dispatch import AotFunction
+from .errors import AotgradCompileError
+from .metadata import InputInfo, OutputInfo, OutputType, ViewAndMutationMetadata
+
+__all__ = [
+    "aot_function",
+    "AotFunction",
+    "AotgradCompileError",
+    "InputInfo",
+    "OutputInfo",
+    "OutputType",
+    "ViewAndMutationMetadata",
+    "compilers",
+    "partition",
+]
+__version__ = "0.1.0"

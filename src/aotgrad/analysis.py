@@ -1,0 +1,298 @@
+"""Run the program once on fake functional tensors and record what it does: the analysis stage.
+
+The result, :class:`Analysis`, holds the :class:`~aotgrad.metadata.ViewAndMutationMetadata`
+(which inputs are mutated and how, what each output aliases) and the output pytree spec.
+Nothing here touches a real tensor: inputs are fake tensors made from the caller's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+import torch._C._functionalization as functionalization
+import torch.utils._pytree as pytree
+from torch._subclasses.fake_tensor import (
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+    FakeTensor,
+    FakeTensorMode,
+    UnsupportedOperatorException,
+)
+from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+from torch.overrides import TorchFunctionMode
+
+from .errors import AotgradCompileError, compile_error_from
+from .metadata import InputInfo, OutputInfo, OutputType, ViewAndMutationMetadata
+
+_TRACING_LIMITATIONS = (
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+    UnsupportedOperatorException,
+    GuardOnDataDependentSymNode,
+)
+
+_CONSTANT_OUTPUT_TYPES = (int, float, bool, str, complex, type(None), torch.dtype, torch.device, torch.Size)
+
+__all__ = ["Analysis", "analyze", "to_functional", "from_functional", "relative_view_metas"]
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """What the analysis run found.
+
+    ``intermediate_base_sources[k]``: the user-output index whose autograd ``_base`` is the
+    k-th intermediate base (tracing finds the bases again through it).
+    """
+
+    metadata: ViewAndMutationMetadata
+    out_spec: pytree.TreeSpec
+    intermediate_base_sources: tuple[int, ...]
+    #: (shape, dtype) of each output of the functional forward, in its output order
+    forward_output_avals: tuple[tuple[tuple[int, ...], torch.dtype], ...]
+
+
+def to_functional(t: Any) -> Any:
+    """Wrap a tensor for functionalization (mirroring requires_grad and leafness)."""
+    return FunctionalTensor.to_functional(t) if isinstance(t, torch.Tensor) else t
+
+
+def from_functional(t: Any) -> Any:
+    """The current (synced) value behind a functional tensor."""
+    if isinstance(t, FunctionalTensor):
+        torch._sync(t)
+        return torch._from_functional_tensor(t.elem)
+    return t
+
+
+def relative_view_metas(view: FunctionalTensor, base: FunctionalTensor) -> Optional[list]:
+    """ViewMetas that rebuild ``view`` from ``base`` (both functional, same storage).
+
+    Functionalization records each view's chain from its storage's root; the chain from
+    ``base`` is what follows ``base``'s own chain. None when that is not a clean suffix or a
+    step has symbolic inputs (the runtime then falls back to ``as_strided``).
+    """
+    seq = functionalization.get_view_meta_sequence(view.elem)
+    prefix = functionalization.get_view_meta_sequence(base.elem)
+    if len(prefix) > len(seq):
+        return None
+    if any(type(a) is not type(b) for a, b in zip(prefix, seq)):
+        return None
+    rest = list(seq[len(prefix):])
+    if any(vm.has_symbolic_inputs for vm in rest):
+        return None
+    return rest
+
+
+class _ClosureTensorCheck(TorchFunctionMode):
+    """Rejects tensors the program closes over that need autograd or are mutated: captured as
+    constants, their gradients and mutations would be silently lost."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", str(func))
+        for t in pytree.tree_leaves((args, kwargs)):
+            if isinstance(t, torch.Tensor) and not isinstance(t, (FakeTensor, FunctionalTensor)):
+                if t.requires_grad and torch.is_grad_enabled():
+                    raise AotgradCompileError(
+                        f"aotgrad: {name} uses a tensor that is not an input of the compiled "
+                        f"function and requires grad (shape {tuple(t.shape)}); its gradient "
+                        "would be lost. Pass it as an argument (aot_module does this for "
+                        "parameters)."
+                    )
+                if name.endswith("_") and not name.endswith("__") and t is (args[0] if args else None):
+                    raise AotgradCompileError(
+                        f"aotgrad: in-place {name} on a tensor that is not an input of the "
+                        f"compiled function (shape {tuple(t.shape)}); the mutation would be "
+                        "lost. Pass the tensor as an argument."
+                    )
+        return func(*args, **kwargs)
+
+
+def analyze(
+    program: Callable[..., tuple[list[Any], pytree.TreeSpec]],
+    fake_inputs: list[torch.Tensor],
+    fake_mode: FakeTensorMode,
+    *,
+    grad_enabled: bool,
+) -> Analysis:
+    """Run ``program(*fake_inputs)`` under functionalization and collect its metadata.
+
+    ``program`` takes the graph inputs and returns ``(output leaves, output spec)``.
+    Raises :class:`AotgradCompileError` (naming the user's line) when the program cannot be
+    run on fake tensors, e.g. data-dependent control flow.
+    """
+    mode = FunctionalTensorMode()
+    with fake_mode, mode:
+        f_inputs = [to_functional(t) for t in fake_inputs]
+    try:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(fake_mode)
+            stack.enter_context(torch.set_grad_enabled(grad_enabled))
+            stack.enter_context(mode)
+            stack.enter_context(_ClosureTensorCheck())
+            out_leaves, out_spec = program(*f_inputs)
+    except AotgradCompileError:
+        raise
+    except Exception as exc:
+        if not _is_tracing_limitation(exc):
+            raise
+        raise compile_error_from(exc, "trace the program on fake tensors") from exc
+
+    input_info = []
+    input_storages: dict[StorageWeakRef, int] = {}
+    for i, (f, fake) in enumerate(zip(f_inputs, fake_inputs)):
+        torch._sync(f)
+        data = torch._functionalize_has_data_mutation(f.elem)
+        meta = torch._functionalize_has_metadata_mutation(f.elem)
+        under_no_grad = torch._functionalize_are_all_mutations_under_no_grad_or_inference_mode(
+            f.elem
+        )
+        visible = data and not under_no_grad and (fake.requires_grad or f.requires_grad)
+        input_info.append(
+            InputInfo(
+                mutates_data=data,
+                mutates_metadata=meta,
+                mutation_visible_to_autograd=visible,
+                requires_grad=fake.requires_grad,
+                is_leaf=fake.is_leaf,
+            )
+        )
+        input_storages.setdefault(StorageWeakRef(f.untyped_storage()), i)
+
+    output_info: list[OutputInfo] = []
+    seen_outputs: dict[int, int] = {}
+    user_output_of: dict[int, int] = {}  # id(non-aliased user output) -> output index
+    base_index_of: dict[int, int] = {}  # id(intermediate base) -> base index
+    base_sources: list[int] = []
+    base_requires_grad: list[bool] = []
+    f_input_ids = {id(f) for f in f_inputs}
+    for j, o in enumerate(out_leaves):
+        # Found before classifying, so a view may name a user output returned after it.
+        if (
+            isinstance(o, FunctionalTensor)
+            and id(o) not in f_input_ids
+            and o._base is None
+            and StorageWeakRef(o.untyped_storage()) not in input_storages
+        ):
+            user_output_of.setdefault(id(o), j)
+    for j, o in enumerate(out_leaves):
+        if not isinstance(o, torch.Tensor):
+            if not isinstance(o, _CONSTANT_OUTPUT_TYPES):
+                raise AotgradCompileError(
+                    f"aotgrad: output {j} has type {type(o).__name__}; outputs must be tensors "
+                    "or int/float/bool/str/None inside tuples, lists and dicts (register other "
+                    "containers with torch.utils._pytree)."
+                )
+            output_info.append(
+                OutputInfo(OutputType.non_tensor, None, False, constant=o)
+            )
+            continue
+        if not isinstance(o, FunctionalTensor):
+            raise AotgradCompileError(
+                f"aotgrad: output {j} is a tensor that the program did not compute from its "
+                "inputs (a tensor captured from the enclosing scope?). Return a computed "
+                "tensor, or pass it as an argument."
+            )
+        common = dict(
+            requires_grad=o.requires_grad,
+            size=tuple(o.shape),
+            stride=tuple(o.stride()),
+            storage_offset=o.storage_offset(),
+            dtype=o.dtype,
+        )
+        if id(o) in seen_outputs:
+            first = output_info[seen_outputs[id(o)]]
+            output_info.append(
+                OutputInfo(
+                    first.output_type,
+                    first.base_index,
+                    duplicate_of=seen_outputs[id(o)],
+                    view_source=first.view_source,
+                    **common,
+                )
+            )
+            continue
+        seen_outputs[id(o)] = j
+        storage = StorageWeakRef(o.untyped_storage())
+        input_idx = next((i for i, f in enumerate(f_inputs) if f is o), None)
+        if input_idx is not None:
+            output_info.append(OutputInfo(OutputType.is_input, input_idx, **common))
+            continue
+        if storage in input_storages:
+            i = input_storages[storage]
+            output_info.append(
+                OutputInfo(
+                    OutputType.alias_of_input,
+                    i,
+                    view_source=relative_view_metas(o, f_inputs[i]),
+                    **common,
+                )
+            )
+            continue
+        base = o._base
+        if base is None or not isinstance(base, FunctionalTensor):
+            output_info.append(OutputInfo(OutputType.non_alias, None, **common))
+            continue
+        view_source = relative_view_metas(o, base)
+        if id(base) in user_output_of:
+            output_info.append(
+                OutputInfo(
+                    OutputType.alias_of_intermediate_base_is_user_output,
+                    user_output_of[id(base)],
+                    view_source=view_source,
+                    **common,
+                )
+            )
+        elif id(base) in base_index_of:
+            output_info.append(
+                OutputInfo(
+                    OutputType.alias_of_intermediate,
+                    base_index_of[id(base)],
+                    view_source=view_source,
+                    **common,
+                )
+            )
+        else:
+            base_index_of[id(base)] = len(base_sources)
+            base_sources.append(j)
+            base_requires_grad.append(base.requires_grad)
+            output_info.append(
+                OutputInfo(
+                    OutputType.alias_of_intermediate_save_as_output,
+                    base_index_of[id(base)],
+                    view_source=view_source,
+                    **common,
+                )
+            )
+
+    if not any(x.requires_grad for x in input_info) and any(
+        o.requires_grad for o in output_info
+    ) and grad_enabled:
+        raise AotgradCompileError(
+            "aotgrad: an output requires grad although no input does: the program creates "
+            "or captures a tensor that requires grad. Pass such tensors as arguments."
+        )
+    metadata = ViewAndMutationMetadata.build(
+        tuple(input_info), tuple(output_info), tuple(base_requires_grad)
+    )
+    fw_values = [f_inputs[i] for i in metadata.mutated_input_indices]
+    fw_values += [o for o in out_leaves if isinstance(o, torch.Tensor)]
+    fw_values += [out_leaves[j]._base for j in base_sources]
+    avals = tuple((tuple(v.shape), v.dtype) for v in fw_values)
+    return Analysis(metadata, out_spec, tuple(base_sources), avals)
+
+
+def _is_tracing_limitation(exc: BaseException) -> bool:
+    """True for errors that come from tracing on fake tensors, not from the program itself.
+
+    Everything else is an error eager PyTorch raises too, and is re-raised unchanged.
+    """
+    if isinstance(exc, _TRACING_LIMITATIONS):
+        return True
+    text = str(exc)
+    return "FakeTensor" in text or "fake tensor" in text.lower() or "data-dependent" in text

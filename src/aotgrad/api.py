@@ -1,0 +1,53 @@
+"""The public entry points. Keep this file thin: it only fills in defaults."""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from .dispatch import AotFunction
+from .partition import default_partition
+from .pipeline import AotConfig
+
+__all__ = ["aot_function"]
+
+
+def aot_function(
+    fn: Callable,
+    fw_compiler: Callable,
+    bw_compiler: Optional[Callable] = None,
+    partition_fn: Optional[Callable] = None,
+    decompositions: Optional[dict] = None,
+    num_params_buffers: int = 0,
+    keep_inference_input_mutations: bool = False,
+    inference_compiler: Optional[Callable] = None,
+    *,
+    dynamic: bool = False,
+) -> AotFunction:
+    """Capture ``fn``'s forward and backward ahead of time and compile them.
+
+    Returns a callable that behaves like ``fn``: same outputs (values, strides,
+    requires_grad, aliasing), same in-place effects on its inputs, same gradients. It is
+    traced on its first call with given input metadata and grad mode, and re-traced when a
+    call differs in any of them (or in a non-tensor argument's value).
+
+    ``fw_compiler(gm, example_inputs) -> callable`` compiles the forward graph;
+    ``bw_compiler`` (default: ``fw_compiler``) the backward graph; ``inference_compiler``
+    (default: ``fw_compiler``) the graph used when no gradient is needed.
+    ``partition_fn(joint_module, joint_inputs, *, num_fwd_outputs)`` splits the joint graph
+    (default :func:`aotgrad.partition.default_partition`). ``decompositions`` maps ATen ops to
+    decompositions applied while tracing. ``num_params_buffers`` counts leading inputs that
+    are parameters and buffers (informational, as in torch). With
+    ``keep_inference_input_mutations`` the inference graph keeps input data mutations as
+    ``copy_`` ops instead of returning new values.
+    """
+    config = AotConfig(
+        fw_compiler=fw_compiler,
+        bw_compiler=bw_compiler or fw_compiler,
+        inference_compiler=inference_compiler or fw_compiler,
+        partition_fn=partition_fn or default_partition,
+        decompositions=decompositions,
+        num_params_buffers=num_params_buffers,
+        keep_inference_input_mutations=keep_inference_input_mutations,
+        dynamic=dynamic,
+    )
+    return AotFunction(fn, config)

@@ -1,0 +1,48 @@
+"""Errors aotgrad raises at compile time, and where in the user's code they come from."""
+
+from __future__ import annotations
+
+import os
+import traceback
+from types import TracebackType
+from typing import Optional
+
+import torch
+
+__all__ = ["AotgradCompileError", "user_frame", "compile_error_from"]
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_AOTGRAD_DIR = os.path.dirname(__file__)
+
+
+class AotgradCompileError(RuntimeError):
+    """A program aotgrad cannot capture faithfully. Raised before anything is run for real,
+    so the caller's tensors are untouched."""
+
+
+def user_frame(tb: Optional[TracebackType]) -> Optional[traceback.FrameSummary]:
+    """The innermost frame of ``tb`` that belongs to neither torch nor aotgrad."""
+    found = None
+    for frame in traceback.extract_tb(tb):
+        f = os.path.abspath(frame.filename)
+        if not (f.startswith(_TORCH_DIR) or f.startswith(_AOTGRAD_DIR)):
+            found = frame
+    return found
+
+
+def where(tb: Optional[TracebackType]) -> str:
+    """``file:line (code)`` of the user's frame in ``tb``, or a placeholder."""
+    frame = user_frame(tb)
+    if frame is None:
+        return "<unknown location>"
+    return f'{frame.filename}:{frame.lineno} in {frame.name}: "{(frame.line or "").strip()}"'
+
+
+def compile_error_from(exc: BaseException, what: str) -> AotgradCompileError:
+    """Wrap an exception raised while tracing user code into an error naming the user line."""
+    op = getattr(exc, "func", None)
+    op_text = f" (op {op})" if op is not None else ""
+    return AotgradCompileError(
+        f"aotgrad could not {what}{op_text} at {where(exc.__traceback__)}: "
+        f"{type(exc).__name__}: {exc}"
+    )

@@ -1,0 +1,208 @@
+"""The call boundary: flatten a call's pytree, split tensors from constants, dedupe, guard.
+
+:class:`InputLayout` says, for one compiled entry, where the tensors and the non-tensor
+constants sit among the flattened leaves of ``(args, kwargs)`` and which leaves are the same
+tensor object. :class:`EntryGuard` decides in one cheap check whether a new call may reuse
+the entry: same pytree structure, same constants, same grad mode, each tensor's shape /
+stride / dtype / device / requires_grad (checked in C++ by dynamo's ``TensorGuards``), and
+the same aliasing pattern where the entry depends on it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+import torch.utils._pytree as pytree
+from torch._C._dynamo.guards import TensorGuards
+
+__all__ = ["InputLayout", "EntryGuard", "flatten_call", "layout_for", "storage_groups"]
+
+_CONSTANT_TYPES = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.memory_format, torch.layout)
+
+
+def flatten_call(args: tuple, kwargs: dict) -> tuple[list[Any], pytree.TreeSpec]:
+    """Flatten ``(args, kwargs)`` into leaves and their spec."""
+    return pytree.tree_flatten((args, kwargs))
+
+
+def _constant_key(value: Any) -> Any:
+    # bool/int/float compare equal across types (True == 1 == 1.0): key on the type too;
+    # floats by bit pattern so that -0.0 and nan are told apart and nan matches itself.
+    if isinstance(value, float):
+        return (float, value.hex() if math.isfinite(value) else repr(value))
+    return (type(value), value)
+
+
+def storage_groups(tensors: list[torch.Tensor]) -> tuple[int, ...]:
+    """For each tensor, the index of the first tensor sharing its storage."""
+    first: dict[int, int] = {}
+    return tuple(
+        first.setdefault(t.untyped_storage()._cdata, i) for i, t in enumerate(tensors)
+    )
+
+
+@dataclass(frozen=True)
+class InputLayout:
+    """Where the tensors of a call sit, and which are the same object.
+
+    ``tensor_positions``: leaf indices holding tensors. ``constants``: (leaf index, value) of
+    every other leaf, baked into the graph. ``graph_input_of_tensor``: for each tensor leaf,
+    the graph input it becomes (the same object passed twice maps to one graph input).
+    ``graph_input_tensors``: for each graph input, its first tensor-leaf index.
+    ``is_flat``: the call was ``fn(*tensors)`` with no kwargs and no constants, so the
+    positional args are the tensor leaves themselves.
+    """
+
+    in_spec: pytree.TreeSpec
+    num_leaves: int
+    tensor_positions: tuple[int, ...]
+    constants: tuple[tuple[int, Any], ...]
+    graph_input_of_tensor: tuple[int, ...]
+    graph_input_tensors: tuple[int, ...]
+    is_flat: bool
+
+    @property
+    def has_duplicates(self) -> bool:
+        return len(self.graph_input_tensors) != len(self.tensor_positions)
+
+    @property
+    def num_graph_inputs(self) -> int:
+        return len(self.graph_input_tensors)
+
+    def tensors_of(self, leaves: list[Any]) -> list[torch.Tensor]:
+        """The tensor leaves of a call, in order."""
+        if self.is_flat:
+            return leaves
+        return [leaves[i] for i in self.tensor_positions]
+
+    def graph_inputs_of(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The graph's inputs from a call's tensor leaves (one per distinct object)."""
+        if not self.has_duplicates:
+            return tensors
+        return [tensors[i] for i in self.graph_input_tensors]
+
+    def rebuild_call(self, graph_inputs: list[Any]) -> tuple[tuple, dict]:
+        """Rebuild ``(args, kwargs)`` for the user function from graph inputs and constants."""
+        leaves: list[Any] = [None] * self.num_leaves
+        for pos, g in zip(self.tensor_positions, self.graph_input_of_tensor):
+            leaves[pos] = graph_inputs[g]
+        for pos, value in self.constants:
+            leaves[pos] = value
+        return pytree.tree_unflatten(leaves, self.in_spec)
+
+
+def layout_for(leaves: list[Any], spec: pytree.TreeSpec) -> InputLayout:
+    """Describe a call's leaves; raise a TypeError naming any leaf we cannot handle."""
+    tensor_positions = []
+    constants = []
+    for i, leaf in enumerate(leaves):
+        if isinstance(leaf, torch.Tensor):
+            tensor_positions.append(i)
+        elif isinstance(leaf, _CONSTANT_TYPES):
+            constants.append((i, leaf))
+        else:
+            raise TypeError(
+                f"aotgrad: input leaf {i} has type {type(leaf).__name__}; inputs must be "
+                "tensors, or int/float/bool/str/None (which are baked into the graph), inside "
+                "tuples, lists and dicts."
+            )
+    first_by_id: dict[int, int] = {}
+    graph_input_of_tensor = []
+    graph_input_tensors = []
+    for k, pos in enumerate(tensor_positions):
+        ident = id(leaves[pos])
+        if ident not in first_by_id:
+            first_by_id[ident] = len(graph_input_tensors)
+            graph_input_tensors.append(k)
+        graph_input_of_tensor.append(first_by_id[ident])
+    flat_spec = pytree.tree_flatten((tuple(leaves), {}))[1]
+    is_flat = not constants and spec == flat_spec
+    return InputLayout(
+        in_spec=spec,
+        num_leaves=len(leaves),
+        tensor_positions=tuple(tensor_positions),
+        constants=tuple(constants),
+        graph_input_of_tensor=tuple(graph_input_of_tensor),
+        graph_input_tensors=tuple(graph_input_tensors),
+        is_flat=is_flat,
+    )
+
+
+class EntryGuard:
+    """Decides whether a call may reuse a compiled entry.
+
+    Checked: pytree structure (unless the entry is flat and the call is positional-only),
+    constants by type and value, grad mode, per-tensor metadata in C++ (``TensorGuards``),
+    which tensor leaves are the same object (when the entry deduplicated any), the leafness
+    of mutated inputs, and which
+    share storage (when the entry mutates an input's data, since a mutation of one alias
+    changes the others).
+    """
+
+    def __init__(
+        self,
+        layout: InputLayout,
+        tensors: list[torch.Tensor],
+        grad_enabled: bool,
+        check_storage: bool,
+        leafness: Optional[dict[int, bool]] = None,
+    ) -> None:
+        self.layout = layout
+        self.grad_enabled = grad_enabled
+        self._tensor_guards = TensorGuards(
+            *tensors,
+            dynamic_dims_sizes=[list(t.size()) for t in tensors],
+            dynamic_dims_strides=[list(t.stride()) for t in tensors],
+        )
+        self._constant_keys = tuple((pos, _constant_key(v)) for pos, v in layout.constants)
+        self._duplicate_pairs = tuple(
+            (layout.graph_input_tensors[g], k)
+            for k, g in enumerate(layout.graph_input_of_tensor)
+            if layout.graph_input_tensors[g] != k
+        )
+        self._storage_groups = storage_groups(tensors) if check_storage else None
+        # Mutated inputs: eager rejects an in-place op on a leaf that requires grad, so
+        # leafness decides between a working entry and the eager error.
+        self._leafness = tuple((leafness or {}).items())
+
+    def check_leaves(self, leaves: list[Any], spec: Optional[pytree.TreeSpec]) -> bool:
+        """True when a call with these leaves (and spec; None means flat) may reuse the entry."""
+        layout = self.layout
+        if torch.is_grad_enabled() is not self.grad_enabled:
+            return False
+        if spec is None:
+            if not layout.is_flat or len(leaves) != layout.num_leaves:
+                return False
+        elif spec != layout.in_spec:
+            return False
+        for pos, key in self._constant_keys:
+            if _constant_key(leaves[pos]) != key:
+                return False
+        tensors = layout.tensors_of(leaves)
+        try:
+            if not self._tensor_guards.check(*tensors):
+                return False
+        except TypeError:
+            return False
+        for k, is_leaf in self._leafness:
+            if tensors[k].is_leaf is not is_leaf:
+                return False
+        for a, b in self._duplicate_pairs:
+            if tensors[a] is not tensors[b]:
+                return False
+        if self._storage_groups is not None and storage_groups(tensors) != self._storage_groups:
+            return False
+        return True
+
+    def describe(self) -> str:
+        return (
+            f"EntryGuard(grad_enabled={self.grad_enabled}, tensors={len(self.layout.tensor_positions)}, "
+            f"constants={len(self._constant_keys)}, duplicates={len(self._duplicate_pairs)}, "
+            f"storage_checked={self._storage_groups is not None})"
+        )
+
+    __repr__ = describe
+

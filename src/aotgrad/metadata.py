@@ -1,0 +1,192 @@
+"""What a traced program does to its inputs and how its outputs alias: ViewAndMutationMetadata.
+
+The analysis stage (:mod:`aotgrad.analysis`) produces one :class:`ViewAndMutationMetadata`
+per compiled entry; every later stage (tracing, runtime) reads it and nothing writes it.
+Indices are *graph-input* indices: positions among the deduplicated tensor inputs that the
+traced graph receives (see :mod:`aotgrad.frontend`).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+
+__all__ = [
+    "OutputType",
+    "InputInfo",
+    "OutputInfo",
+    "ViewAndMutationMetadata",
+]
+
+
+class OutputType(enum.Enum):
+    """How one user output relates, in eager, to the program's inputs and other outputs."""
+
+    #: a fresh tensor, aliasing nothing the caller can see
+    non_alias = "non_alias"
+    #: the very input tensor object (possibly after an in-place metadata change)
+    is_input = "is_input"
+    #: a view of an input; regenerated from the caller's real input
+    alias_of_input = "alias_of_input"
+    #: a view of an intermediate that is not otherwise returned: the graph returns the base
+    #: as an extra output and the runtime rebuilds the view off it
+    alias_of_intermediate_save_as_output = "alias_of_intermediate_save_as_output"
+    #: a view of an intermediate whose base an earlier output already added as an extra output
+    alias_of_intermediate = "alias_of_intermediate"
+    #: a view of an intermediate that is itself a (non-aliased) user output
+    alias_of_intermediate_base_is_user_output = "alias_of_intermediate_base_is_user_output"
+    #: not a tensor (an int, None, ...): returned as traced
+    non_tensor = "non_tensor"
+
+
+@dataclass(frozen=True)
+class InputInfo:
+    """What the program does to one graph input.
+
+    ``mutates_data``: its values change in place. ``mutates_metadata``: its size, stride or
+    storage offset change in place (``t_``, ``transpose_``, ``as_strided_``...).
+    ``mutation_visible_to_autograd``: eager autograd records the data mutation (so the write
+    back must happen with grad enabled). ``requires_grad``/``is_leaf`` are the caller's input
+    at compile time.
+    """
+
+    mutates_data: bool
+    mutates_metadata: bool
+    mutation_visible_to_autograd: bool
+    requires_grad: bool
+    is_leaf: bool
+
+    @property
+    def mutated(self) -> bool:
+        return self.mutates_data or self.mutates_metadata
+
+
+@dataclass(frozen=True)
+class OutputInfo:
+    """What one flattened user output is.
+
+    ``base_index``: for ``is_input`` / ``alias_of_input`` the graph-input index it aliases;
+    for ``alias_of_intermediate*`` the index of its base among the intermediate bases
+    (``alias_of_intermediate_save_as_output`` / ``alias_of_intermediate``) or among the user
+    outputs (``alias_of_intermediate_base_is_user_output``).
+    ``duplicate_of``: set when eager returns the very same object as an earlier output.
+    ``view_source``: the functionalization ``ViewMeta`` sequence that rebuilds the view from
+    its base (None where replay is impossible and ``as_strided`` is used instead).
+    ``constant``: the value of a ``non_tensor`` output.
+    """
+
+    output_type: OutputType
+    base_index: Optional[int]
+    requires_grad: bool
+    size: tuple[int, ...] = ()
+    stride: tuple[int, ...] = ()
+    storage_offset: int = 0
+    dtype: Optional[torch.dtype] = None
+    duplicate_of: Optional[int] = None
+    view_source: Any = field(default=None, compare=False, repr=False)
+    constant: Any = field(default=None, compare=False)
+
+    @property
+    def is_alias(self) -> bool:
+        return self.output_type not in (OutputType.non_alias, OutputType.non_tensor)
+
+
+@dataclass(frozen=True)
+class ViewAndMutationMetadata:
+    """Per-input mutation facts and per-output alias facts of one traced program.
+
+    The forward graph returns, in order: the new value of every mutated input
+    (``mutated_input_indices``), every user output (``output_info``), then
+    ``num_intermediate_bases`` bases of outputs that alias intermediates.
+    Everything a call needs is precomputed here so that it visits only the mutated inputs
+    and the aliased outputs.
+    """
+
+    input_info: tuple[InputInfo, ...]
+    output_info: tuple[OutputInfo, ...]
+    num_intermediate_bases: int
+    #: requires_grad of each intermediate base (they are extra forward outputs)
+    intermediate_base_requires_grad: tuple[bool, ...]
+    #: graph-input indices that are mutated (data or metadata), ascending
+    mutated_input_indices: tuple[int, ...] = ()
+    #: graph-input indices whose data is mutated
+    data_mutated_input_indices: tuple[int, ...] = ()
+    #: user-output indices that are aliases or duplicates (the runtime regenerates them)
+    aliased_output_indices: tuple[int, ...] = ()
+
+    @staticmethod
+    def build(
+        input_info: tuple[InputInfo, ...],
+        output_info: tuple[OutputInfo, ...],
+        intermediate_base_requires_grad: tuple[bool, ...],
+    ) -> "ViewAndMutationMetadata":
+        """Make the record and its precomputed index tuples."""
+        return ViewAndMutationMetadata(
+            input_info=input_info,
+            output_info=output_info,
+            num_intermediate_bases=len(intermediate_base_requires_grad),
+            intermediate_base_requires_grad=intermediate_base_requires_grad,
+            mutated_input_indices=tuple(i for i, x in enumerate(input_info) if x.mutated),
+            data_mutated_input_indices=tuple(
+                i for i, x in enumerate(input_info) if x.mutates_data
+            ),
+            aliased_output_indices=tuple(
+                i
+                for i, o in enumerate(output_info)
+                if o.is_alias or o.duplicate_of is not None
+            ),
+        )
+
+    @property
+    def num_mutated_inputs(self) -> int:
+        return len(self.mutated_input_indices)
+
+    @property
+    def num_forward_outputs(self) -> int:
+        """Outputs of the functional forward: mutated inputs + user outputs + bases."""
+        return self.num_mutated_inputs + len(self.output_info) + self.num_intermediate_bases
+
+    def __repr__(self) -> str:
+        lines = ["ViewAndMutationMetadata("]
+        lines.append("  inputs:")
+        lines.append(
+            "    {:>3}  {:<12} {:<15} {:<17} {:<13} {}".format(
+                "#", "data_mut", "metadata_mut", "autograd_sees", "requires_grad", "is_leaf"
+            )
+        )
+        for i, x in enumerate(self.input_info):
+            lines.append(
+                "    {:>3}  {:<12} {:<15} {:<17} {:<13} {}".format(
+                    i,
+                    str(x.mutates_data),
+                    str(x.mutates_metadata),
+                    str(x.mutation_visible_to_autograd) if x.mutates_data else "-",
+                    str(x.requires_grad),
+                    str(x.is_leaf),
+                )
+            )
+        lines.append("  outputs:")
+        lines.append(
+            "    {:>3}  {:<42} {:<5} {:<13} {}".format(
+                "#", "output_type", "base", "requires_grad", "shape"
+            )
+        )
+        for i, o in enumerate(self.output_info):
+            kind = o.output_type.value
+            if o.duplicate_of is not None:
+                kind += f" (same object as output {o.duplicate_of})"
+            lines.append(
+                "    {:>3}  {:<42} {:<5} {:<13} {}".format(
+                    i,
+                    kind,
+                    "-" if o.base_index is None else str(o.base_index),
+                    str(o.requires_grad),
+                    tuple(o.size) if o.output_type is not OutputType.non_tensor else "-",
+                )
+            )
+        lines.append(f"  intermediate bases returned: {self.num_intermediate_bases}")
+        lines.append(")")
+        return "\n".join(lines)

@@ -1,0 +1,188 @@
+"""Compile one entry: from a call's leaves to a guarded runtime, running every stage in order.
+
+frontend (layout, fake inputs) → analysis (metadata) → tracing (joint or inference graph)
+→ partition → user compilers → runtime. Each stage hands the next a plain value; this module
+only sequences them and keeps what a user may want to look at in :class:`CompiledEntry`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from .analysis import Analysis, analyze
+from .frontend import EntryGuard, InputLayout, layout_for
+from .metadata import ViewAndMutationMetadata
+from .runtime import BackwardSpec, CompiledRuntime, build_runtime
+from .tracing import trace_inference, trace_joint
+
+__all__ = ["AotConfig", "CompiledEntry", "compile_entry"]
+
+log = logging.getLogger("aotgrad")
+
+
+@dataclass(frozen=True)
+class AotConfig:
+    """Everything the user chose when calling :func:`aotgrad.aot_function`."""
+
+    fw_compiler: Callable
+    bw_compiler: Callable
+    inference_compiler: Callable
+    partition_fn: Callable
+    decompositions: Optional[dict]
+    num_params_buffers: int = 0
+    keep_inference_input_mutations: bool = False
+    dynamic: bool = False
+
+    @property
+    def trace_decompositions(self) -> Optional[dict]:
+        """The user's decompositions, else the forward compiler's own (e.g. Inductor's)."""
+        if self.decompositions is not None:
+            return self.decompositions
+        return getattr(self.fw_compiler, "decompositions", None)
+
+
+@dataclass
+class CompiledEntry:
+    """One compiled specialisation of the user function, and what produced it."""
+
+    guard: EntryGuard
+    layout: InputLayout
+    metadata: ViewAndMutationMetadata
+    runtime: CompiledRuntime
+    training: bool
+    #: the graphs handed to the compilers: "forward"/"backward", or "inference"
+    graphs: dict[str, torch.fx.GraphModule] = field(default_factory=dict)
+    joint_graph: Optional[torch.fx.GraphModule] = None
+    compile_seconds: float = 0.0
+
+    def __call__(self, leaves: list[Any]) -> Any:
+        tensors = self.layout.tensors_of(leaves)
+        return self.runtime(self.layout.graph_inputs_of(tensors))
+
+    def __repr__(self) -> str:
+        kind = "training" if self.training else "inference"
+        return (
+            f"CompiledEntry({kind}, graph_inputs={self.layout.num_graph_inputs}, "
+            f"mutated_inputs={list(self.metadata.mutated_input_indices)}, "
+            f"aliased_outputs={list(self.metadata.aliased_output_indices)}, "
+            f"compile_seconds={self.compile_seconds:.3f})"
+        )
+
+
+def _program(fn: Callable, layout: InputLayout) -> Callable[..., tuple[list[Any], pytree.TreeSpec]]:
+    """``fn`` as a function of the graph inputs, returning flattened outputs and their spec."""
+
+    def program(*graph_inputs: Any) -> tuple[list[Any], pytree.TreeSpec]:
+        args, kwargs = layout.rebuild_call(list(graph_inputs))
+        return pytree.tree_flatten(fn(*args, **kwargs))
+
+    return program
+
+
+def _saved_counts(fw_module: torch.fx.GraphModule, num_fwd_outputs: int) -> tuple[int, int, list[torch.fx.Node]]:
+    """How many tensors and symints the partitioned forward saves, and the saved nodes."""
+    out_node = next(n for n in reversed(fw_module.graph.nodes) if n.op == "output")
+    outs = pytree.tree_leaves(out_node.args)
+    saved = outs[num_fwd_outputs:]
+    symints = sum(
+        1 for n in saved if isinstance(n, torch.fx.Node) and isinstance(n.meta.get("val"), (int, torch.SymInt))
+    )
+    return len(saved) - symints, symints, saved
+
+
+def compile_entry(fn: Callable, leaves: list[Any], spec: pytree.TreeSpec, config: AotConfig) -> CompiledEntry:
+    """Compile ``fn`` for a call with these flattened leaves; nothing real is mutated."""
+    start = time.perf_counter()
+    if config.dynamic:
+        raise NotImplementedError(
+            "aotgrad: dynamic=True (symbolic shapes) is not supported yet; use dynamic=False "
+            "(a new input shape recompiles)."
+        )
+    layout = layout_for(leaves, spec)
+    tensors = layout.tensors_of(leaves)
+    graph_inputs = layout.graph_inputs_of(tensors)
+    grad_enabled = torch.is_grad_enabled()
+
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fake_inputs = [fake_mode.from_tensor(t) for t in graph_inputs]
+    program = _program(fn, layout)
+    analysis: Analysis = analyze(program, fake_inputs, fake_mode, grad_enabled=grad_enabled)
+    md = analysis.metadata
+    training = grad_enabled and any(t.requires_grad for t in graph_inputs)
+    decomps = config.trace_decompositions
+    log.debug("aotgrad: compiling %s entry for %s\n%r", "training" if training else "inference", getattr(fn, "__name__", fn), md)
+
+    graphs: dict[str, torch.fx.GraphModule] = {}
+    joint_gm = None
+    if training:
+        joint = trace_joint(program, analysis, fake_inputs, fake_mode, decomps)
+        joint_gm = joint.graph
+        fw_module, bw_module = config.partition_fn(
+            joint.graph, [joint.primals, joint.tangents], num_fwd_outputs=joint.num_fwd_outputs
+        )
+        n_saved_t, n_saved_s, saved_nodes = _saved_counts(fw_module, joint.num_fwd_outputs)
+        placeholders = [n for n in fw_module.graph.nodes if n.op == "placeholder"]
+        data_mutated = set(md.data_mutated_input_indices)
+        to_clone = tuple(
+            k
+            for k, node in enumerate(saved_nodes[:n_saved_t])
+            if node in placeholders and placeholders.index(node) in data_mutated
+        )
+        graphs["forward"], graphs["backward"] = fw_module, bw_module
+        fw_callable = config.fw_compiler(fw_module, list(joint.primals))
+        bw_inputs = [n.meta.get("val") for n in bw_module.graph.nodes if n.op == "placeholder"]
+        bw_callable = config.bw_compiler(bw_module, bw_inputs)
+        avals = analysis.forward_output_avals
+        backward = BackwardSpec(
+            bw_callable=_direct(bw_callable),
+            num_fwd_outputs=joint.num_fwd_outputs,
+            num_saved_tensors=n_saved_t,
+            num_saved_symints=n_saved_s,
+            tangent_positions=joint.tangent_positions,
+            tangent_meta=tuple(avals[p] for p in joint.tangent_positions),
+            saved_inputs_to_clone=to_clone,
+        )
+        runtime = build_runtime(md, analysis.out_spec, _direct(fw_callable), backward)
+    else:
+        keep = config.keep_inference_input_mutations
+        gm = trace_inference(
+            program, analysis, fake_inputs, fake_mode, decomps,
+            grad_enabled=grad_enabled, keep_input_mutations=keep,
+        )
+        graphs["inference"] = gm
+        with fake_mode:
+            example = [t.detach() for t in fake_inputs]
+        fw_callable = config.inference_compiler(gm, example)
+        kept = frozenset(
+            i for i in md.mutated_input_indices if keep and not md.input_info[i].mutates_metadata
+        )
+        runtime = build_runtime(md, analysis.out_spec, _direct(fw_callable), None, kept)
+
+    guard = EntryGuard(
+        layout,
+        tensors,
+        grad_enabled,
+        check_storage=bool(md.data_mutated_input_indices),
+        leafness={
+            layout.graph_input_tensors[i]: md.input_info[i].is_leaf for i in md.mutated_input_indices
+        },
+    )
+    entry = CompiledEntry(guard, layout, md, runtime, training, graphs, joint_gm)
+    entry.compile_seconds = time.perf_counter() - start
+    log.info("aotgrad: compiled %r", entry)
+    return entry
+
+
+def _direct(compiled: Callable) -> Callable:
+    """Call a GraphModule's ``forward`` directly: ``nn.Module.__call__`` costs µs per call."""
+    if isinstance(compiled, torch.fx.GraphModule):
+        return compiled.forward
+    return compiled

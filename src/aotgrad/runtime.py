@@ -1,0 +1,307 @@
+"""Run compiled graphs with eager semantics: the autograd.Function and the wrapper around it.
+
+:func:`build_runtime` turns the compiled forward (and backward) into a callable over the
+graph inputs. Every index it needs is computed here, once; a call then visits only the
+mutated inputs and the aliased outputs.
+
+Order of effects in a call, as in eager: run the forward; write back input mutations
+(metadata first, then data); rebuild each aliased output from the caller's real tensors.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+import torch._C._functionalization as functionalization
+import torch.utils._pytree as pytree
+
+from .metadata import OutputInfo, OutputType, ViewAndMutationMetadata
+
+__all__ = ["TensorAlias", "build_runtime", "regenerate_alias", "OutputBuilder"]
+
+log = logging.getLogger(__name__)
+
+_set_grad_enabled = torch._C._set_grad_enabled
+
+
+class TensorAlias:
+    """Carries an aliased output through ``autograd.Function.apply`` untouched: autograd
+    gives a non-tensor no gradient and does not wrap it as a view of the Function's inputs."""
+
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+
+    def __repr__(self) -> str:
+        return f"TensorAlias(shape={tuple(self.tensor.shape)})"
+
+
+def regenerate_alias(base: torch.Tensor, info: OutputInfo) -> torch.Tensor:
+    """Rebuild an aliased output off ``base``: replay its view chain, else ``as_strided``.
+
+    requires_grad is made to match eager's: a view that does not require grad of a base
+    that does is replayed under no_grad (as the eager view was made without autograd).
+    """
+    hide = base.requires_grad and not info.requires_grad
+    prev = torch.is_grad_enabled()
+    if hide:
+        _set_grad_enabled(False)
+    try:
+        out = None
+        if info.view_source is not None:
+            out = functionalization.apply_view_meta_sequence(base, info.view_source)
+            if out.shape != info.size or out.dtype != info.dtype:
+                out = None
+        if out is None:
+            b = base
+            if b.dtype != info.dtype:
+                b = b.view(info.dtype) if b.dim() else b.view(-1).view(info.dtype)
+            out = b.as_strided(info.size, info.stride, info.storage_offset)
+    finally:
+        if hide:
+            _set_grad_enabled(prev)
+    return out
+
+
+class OutputBuilder:
+    """Turns the forward outputs into the user's output pytree.
+
+    ``plan`` holds one ``(kind, index, info)`` per user output, with kind one of ``"out"``
+    (a forward output position), ``"input"`` (the real graph input), ``"alias_input"``,
+    ``"alias_fw"`` (regenerate off a forward output), ``"alias_user"`` (off an earlier user
+    output), ``"same"`` (the object of an earlier user output), ``"const"``.
+    """
+
+    def __init__(self, metadata: ViewAndMutationMetadata, out_spec: pytree.TreeSpec, first_user: int, first_base: int):
+        plan: list[tuple[str, int, Any]] = []
+        pos = first_user
+        for j, o in enumerate(metadata.output_info):
+            t = o.output_type
+            if t is OutputType.non_tensor:
+                plan.append(("const", 0, o.constant))
+                continue
+            if o.duplicate_of is not None:
+                plan.append(("same", o.duplicate_of, None))
+            elif t is OutputType.non_alias:
+                plan.append(("out", pos, None))
+            elif t is OutputType.is_input:
+                plan.append(("input", o.base_index, None))
+            elif t is OutputType.alias_of_input:
+                plan.append(("alias_input", o.base_index, o))
+            elif t is OutputType.alias_of_intermediate_base_is_user_output:
+                plan.append(("alias_user", o.base_index, o))
+            else:
+                plan.append(("alias_fw", first_base + o.base_index, o))
+            pos += 1
+        self.plan = tuple(plan)
+        self.alias_order = tuple(
+            j for j, (kind, _, _) in enumerate(plan) if kind not in ("out", "input", "const")
+        )
+        self.num_user_tensors = pos - first_user
+        self.first_user = first_user
+        #: outputs are exactly a slice of the forward outputs
+        self.is_slice = all(k == "out" for k, _, _ in plan)
+        self.out_spec = out_spec
+        if out_spec.is_leaf():
+            self._pack = lambda r: r[0]
+        elif out_spec == pytree.tree_flatten(tuple(range(out_spec.num_leaves)))[1]:
+            self._pack = tuple
+        else:
+            self._pack = lambda r: pytree.tree_unflatten(r, out_spec)
+
+    def __call__(self, fw_outs: Any, graph_inputs: Any) -> Any:
+        if self.is_slice:
+            return self._pack(fw_outs[self.first_user : self.first_user + self.num_user_tensors])
+        result: list[Any] = [None] * len(self.plan)
+        # Direct outputs first: an alias may name a user output that comes after it.
+        for j, (kind, idx, info) in enumerate(self.plan):
+            if kind == "out":
+                result[j] = fw_outs[idx]
+            elif kind == "input":
+                result[j] = graph_inputs[idx]
+            elif kind == "const":
+                result[j] = info
+        for j in self.alias_order:
+            kind, idx, info = self.plan[j]
+            if kind == "alias_input":
+                result[j] = regenerate_alias(graph_inputs[idx], info)
+            elif kind == "alias_fw":
+                result[j] = regenerate_alias(_unwrap(fw_outs[idx]), info)
+            elif kind == "alias_user":
+                result[j] = regenerate_alias(result[idx], info)
+            else:
+                result[j] = result[idx]
+        return self._pack(result)
+
+
+def _unwrap(x: Any) -> Any:
+    return x.tensor if type(x) is TensorAlias else x
+
+
+@dataclass(frozen=True)
+class Writeback:
+    """One input mutation the runtime applies: forward output ``position`` → graph input
+    ``input_index``."""
+
+    position: int
+    input_index: int
+    data: bool
+    metadata: bool
+    visible_to_autograd: bool
+
+
+def _writebacks(metadata: ViewAndMutationMetadata, kept: frozenset[int] = frozenset()) -> tuple[Writeback, ...]:
+    out = []
+    pos = 0
+    for i in metadata.mutated_input_indices:
+        if i in kept:
+            continue
+        info = metadata.input_info[i]
+        out.append(Writeback(pos, i, info.mutates_data, info.mutates_metadata, info.mutation_visible_to_autograd))
+        pos += 1
+    return tuple(out)
+
+
+def apply_writebacks(writebacks: tuple[Writeback, ...], fw_outs: Any, graph_inputs: Any) -> None:
+    """Write mutated inputs' new values back into the caller's tensors."""
+    for w in writebacks:
+        new = _unwrap(fw_outs[w.position])
+        real = graph_inputs[w.input_index]
+        if w.metadata:
+            # As in eager, a metadata change is recorded by autograd only when it sees it.
+            with torch.set_grad_enabled(torch.is_grad_enabled() and real.requires_grad):
+                real.as_strided_(new.size(), new.stride(), new.storage_offset())
+        if w.data:
+            if w.visible_to_autograd:
+                real.copy_(new)
+            else:
+                prev = torch.is_grad_enabled()
+                _set_grad_enabled(False)
+                try:
+                    real.copy_(new)
+                finally:
+                    _set_grad_enabled(prev)
+
+
+@dataclass(frozen=True)
+class BackwardSpec:
+    """What the autograd.Function needs to run the compiled backward."""
+
+    bw_callable: Callable
+    num_fwd_outputs: int
+    num_saved_tensors: int
+    num_saved_symints: int
+    #: forward-output positions that take a tangent, in the backward graph's tangent order
+    tangent_positions: tuple[int, ...]
+    #: (shape, dtype) of each tangent, for materialising zeros when autograd passes None
+    tangent_meta: tuple[tuple[tuple[int, ...], torch.dtype], ...]
+    #: saved-tensor positions that are graph inputs mutated by the write back (cloned first)
+    saved_inputs_to_clone: tuple[int, ...]
+
+
+def _make_function(fw_callable: Callable, spec: BackwardSpec, alias_positions: tuple[int, ...], nondiff_positions: tuple[int, ...]) -> type:
+    """A fresh autograd.Function subclass bound to one compiled forward/backward pair."""
+    n = spec.num_fwd_outputs
+    n_saved_t = spec.num_saved_tensors
+    bw = spec.bw_callable
+    tangent_positions = spec.tangent_positions
+    tangent_meta = spec.tangent_meta
+    to_clone = spec.saved_inputs_to_clone
+
+    class CompiledFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *args):  # type: ignore[override]
+            outs = fw_callable(*args)
+            saved = list(outs[n : n + n_saved_t]) if to_clone else outs[n : n + n_saved_t]
+            for k in to_clone:
+                saved[k] = saved[k].clone()
+            ctx.save_for_backward(*saved)
+            ctx.symints = outs[n + n_saved_t :]
+            ctx.set_materialize_grads(False)
+            result = list(outs[:n])
+            for p in alias_positions:
+                result[p] = TensorAlias(result[p])
+            if nondiff_positions:
+                ctx.mark_non_differentiable(*[result[p] for p in nondiff_positions])
+            return tuple(result)
+
+        @staticmethod
+        def backward(ctx, *grad_outputs):  # type: ignore[override]
+            tangents = []
+            for p, (shape, dtype) in zip(tangent_positions, tangent_meta):
+                g = grad_outputs[p]
+                if g is None:
+                    g = torch.zeros(shape, dtype=dtype)
+                elif not g.is_contiguous():
+                    g = g.contiguous()
+                tangents.append(g)
+            grads = bw(*ctx.saved_tensors, *ctx.symints, *tangents)
+            return tuple(grads)
+
+    return CompiledFunction
+
+
+class CompiledRuntime:
+    """A callable over graph inputs that runs one compiled entry with eager semantics.
+
+    ``training``: the forward runs inside an autograd.Function whose backward runs the
+    compiled backward. Otherwise the inference graph runs directly.
+    """
+
+    def __init__(
+        self,
+        metadata: ViewAndMutationMetadata,
+        out_spec: pytree.TreeSpec,
+        fw_callable: Callable,
+        backward: Optional[BackwardSpec],
+        kept_mutations: frozenset[int] = frozenset(),
+    ) -> None:
+        self.metadata = metadata
+        self.training = backward is not None
+        self.writebacks = _writebacks(metadata, kept_mutations)
+        nm = len(self.writebacks)
+        num_user = sum(o.output_type is not OutputType.non_tensor for o in metadata.output_info)
+        self.outputs = OutputBuilder(metadata, out_spec, nm, nm + num_user)
+        self._fw = fw_callable
+        if backward is not None:
+            user_alias_positions = []
+            pos = nm
+            for o in metadata.output_info:
+                if o.output_type is OutputType.non_tensor:
+                    continue
+                if o.is_alias or o.duplicate_of is not None:
+                    user_alias_positions.append(pos)
+                pos += 1
+            alias_positions = tuple(w.position for w in self.writebacks if not w.data) + tuple(
+                user_alias_positions
+            )
+            tangent = set(backward.tangent_positions)
+            nondiff = tuple(
+                p for p in range(backward.num_fwd_outputs) if p not in tangent and p not in alias_positions
+            )
+            self._function = _make_function(fw_callable, backward, alias_positions, nondiff)
+            self._apply = self._function.apply
+
+    def __call__(self, graph_inputs: Any) -> Any:
+        if self.training:
+            fw_outs = self._apply(*graph_inputs)
+        else:
+            fw_outs = self._fw(*graph_inputs)
+        if self.writebacks:
+            apply_writebacks(self.writebacks, fw_outs, graph_inputs)
+        return self.outputs(fw_outs, graph_inputs)
+
+
+def build_runtime(
+    metadata: ViewAndMutationMetadata,
+    out_spec: pytree.TreeSpec,
+    fw_callable: Callable,
+    backward: Optional[BackwardSpec] = None,
+    kept_mutations: frozenset[int] = frozenset(),
+) -> CompiledRuntime:
+    """Make the runtime for one compiled entry (see :class:`CompiledRuntime`)."""
+    return CompiledRuntime(metadata, out_spec, fw_callable, backward, kept_mutations)

@@ -1,0 +1,219 @@
+"""Trace the functional forward, and the joint forward+backward, into FX graphs of ATen ops.
+
+The functional forward returns, in this order (see
+:class:`~aotgrad.metadata.ViewAndMutationMetadata`): the new value of each mutated input,
+each tensor user output, each intermediate base. The joint function
+``joint(primals, tangents) -> [fw_outs, grads]`` follows the convention of
+``docs/contracts.md`` so that partitioners written for torch's AOT Autograd work unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+import torch.fx
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.functional_tensor import FunctionalTensorMode
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from .analysis import Analysis, from_functional, to_functional
+from .errors import AotgradCompileError, compile_error_from
+from .metadata import OutputType, ViewAndMutationMetadata
+
+__all__ = ["JointGraph", "trace_joint", "trace_inference", "tensor_output_indices", "tangent_output_indices"]
+
+Program = Callable[..., tuple[list[Any], Any]]
+
+
+def tensor_output_indices(metadata: ViewAndMutationMetadata) -> tuple[int, ...]:
+    """User-output indices that the forward graph returns (all tensor outputs)."""
+    return tuple(
+        j for j, o in enumerate(metadata.output_info) if o.output_type is not OutputType.non_tensor
+    )
+
+
+def _is_differentiable(requires_grad: bool, dtype: Optional[torch.dtype]) -> bool:
+    return requires_grad and dtype is not None and (dtype.is_floating_point or dtype.is_complex)
+
+
+def tangent_output_indices(metadata: ViewAndMutationMetadata, fw_dtypes: list) -> tuple[int, ...]:
+    """Positions among the forward outputs that get a tangent (a gradient in backward).
+
+    Mutated inputs whose mutation autograd sees, non-aliased user outputs and intermediate
+    bases, where they require grad. Aliased outputs get none: they travel as ``TensorAlias``
+    and their gradient reaches the graph through their base.
+    """
+    out = []
+    pos = 0
+    for i in metadata.mutated_input_indices:
+        info = metadata.input_info[i]
+        if info.mutates_data and info.mutation_visible_to_autograd and _is_differentiable(True, fw_dtypes[pos]):
+            out.append(pos)
+        pos += 1
+    for j in tensor_output_indices(metadata):
+        o = metadata.output_info[j]
+        if o.output_type is OutputType.non_alias and o.duplicate_of is None and _is_differentiable(
+            o.requires_grad, o.dtype
+        ):
+            out.append(pos)
+        pos += 1
+    for rg in metadata.intermediate_base_requires_grad:
+        if _is_differentiable(rg, fw_dtypes[pos]):
+            out.append(pos)
+        pos += 1
+    return tuple(out)
+
+
+def _functional_forward(
+    program: Program, analysis: Analysis, *, protect_mutated_inputs: bool
+) -> Callable[..., list[Any]]:
+    """The forward as a function of functional inputs returning the forward outputs.
+
+    With ``protect_mutated_inputs`` (the joint), an input that requires grad and is mutated is
+    first cloned (an in-place op on a leaf would be rejected, and autograd.grad must see the
+    original value), and a metadata-mutated input is first aliased, so the primal itself keeps
+    its metadata.
+    """
+    md = analysis.metadata
+    user_tensor_outputs = tensor_output_indices(md)
+
+    def forward(*inputs: Any) -> list[Any]:
+        inputs = list(inputs)
+        if protect_mutated_inputs:
+            for i in md.mutated_input_indices:
+                info = md.input_info[i]
+                if info.mutates_data and inputs[i].requires_grad:
+                    inputs[i] = inputs[i].clone()
+                elif info.mutates_metadata:
+                    inputs[i] = inputs[i].view(inputs[i].shape)
+        out_leaves, _ = program(*inputs)
+        mutated = [inputs[i] for i in md.mutated_input_indices]
+        user = [out_leaves[j] for j in user_tensor_outputs]
+        bases = [out_leaves[j]._base for j in analysis.intermediate_base_sources]
+        return mutated + user + bases
+
+    return forward
+
+
+def _trace(fn: Callable, args: tuple, decompositions: Optional[dict], fake_mode: FakeTensorMode) -> torch.fx.GraphModule:
+    try:
+        with fake_mode:
+            gm = make_fx(fn, decomposition_table=decompositions or {}, tracing_mode="fake")(*args)
+    except AotgradCompileError:
+        raise
+    except Exception as exc:  # tracing a program that ran fine on fake tensors in analysis
+        raise compile_error_from(exc, "trace the program into a graph") from exc
+    # Flat positional placeholders (primals_1, ..., tangents_1, ...) instead of make_fx's
+    # pytree-flattening signature: compilers and the runtime call graphs with flat args.
+    gm.graph._codegen = torch.fx.graph.CodeGen()
+    gm.recompile()
+    return gm
+
+
+@dataclass(frozen=True)
+class JointGraph:
+    """The traced joint graph and what the partitioner and runtime need to know about it."""
+
+    graph: torch.fx.GraphModule
+    num_fwd_outputs: int
+    #: positions among the forward outputs that take a tangent, in tangent order
+    tangent_positions: tuple[int, ...]
+    #: graph-input indices that get a gradient
+    grad_input_indices: tuple[int, ...]
+    primals: list[torch.Tensor]
+    tangents: list[torch.Tensor]
+
+
+def trace_joint(
+    program: Program,
+    analysis: Analysis,
+    fake_inputs: list[torch.Tensor],
+    fake_mode: FakeTensorMode,
+    decompositions: Optional[dict],
+) -> JointGraph:
+    """Trace ``joint(primals, tangents) -> [fw_outs, grads]`` under functionalization."""
+    md = analysis.metadata
+    forward = _functional_forward(program, analysis, protect_mutated_inputs=True)
+    with fake_mode:
+        primals = [t.detach().requires_grad_(t.requires_grad) for t in fake_inputs]
+
+    avals = analysis.forward_output_avals
+    tangent_positions = tangent_output_indices(md, [dtype for _, dtype in avals])
+    with fake_mode:
+        tangents = [torch.empty(avals[p][0], dtype=avals[p][1]) for p in tangent_positions]
+    grad_inputs = tuple(i for i, t in enumerate(primals) if t.requires_grad)
+
+    def joint(primals: list, tangents: list) -> list:
+        mode = FunctionalTensorMode()
+        with mode:
+            f_primals = [to_functional(p) for p in primals]
+            f_tangents = [to_functional(t) for t in tangents]
+        with mode, torch.enable_grad():
+            fw_outs = forward(*f_primals)
+            diff_outs = [fw_outs[p] for p in tangent_positions]
+            grads: list[Any] = [None] * len(f_primals)
+            wrt = [f_primals[i] for i in grad_inputs]
+            if diff_outs and wrt:
+                computed = torch.autograd.grad(
+                    diff_outs, wrt, f_tangents, allow_unused=True
+                )
+                for i, g in zip(grad_inputs, computed):
+                    grads[i] = g
+        forward_mutated = set(md.mutated_input_indices)
+        for i, f in enumerate(f_primals):
+            if i in forward_mutated:
+                continue  # the forward returns its new value
+            torch._sync(f)
+            if torch._functionalize_has_data_mutation(f.elem) or torch._functionalize_has_metadata_mutation(f.elem):
+                raise AotgradCompileError(
+                    "aotgrad: the backward pass mutates a graph input in place; this is not supported."
+                )
+        return [[from_functional(o) for o in fw_outs], [from_functional(g) for g in grads]]
+
+    gm = _trace(joint, (primals, tangents), decompositions, fake_mode)
+    return JointGraph(gm, len(avals), tangent_positions, grad_inputs, primals, tangents)
+
+
+def trace_inference(
+    program: Program,
+    analysis: Analysis,
+    fake_inputs: list[torch.Tensor],
+    fake_mode: FakeTensorMode,
+    decompositions: Optional[dict],
+    *,
+    grad_enabled: bool,
+    keep_input_mutations: bool,
+) -> torch.fx.GraphModule:
+    """Trace the functional forward alone (no autograd) into a graph over ``primals_*``.
+
+    With ``keep_input_mutations``, data mutations of inputs whose metadata is unchanged are
+    kept in the graph as ``copy_`` into the input and are not returned.
+    """
+    md = analysis.metadata
+    forward = _functional_forward(program, analysis, protect_mutated_inputs=False)
+    kept = {
+        i for i in md.mutated_input_indices
+        if keep_input_mutations and not md.input_info[i].mutates_metadata
+    }
+    with fake_mode:
+        primals = [t.detach() for t in fake_inputs]
+
+    def inference(primals: list) -> list:
+        mode = FunctionalTensorMode()
+        with mode:
+            f_primals = [to_functional(p) for p in primals]
+        with mode, torch.set_grad_enabled(grad_enabled):
+            outs = forward(*f_primals)
+        result = []
+        for k, o in enumerate(outs):
+            if k < md.num_mutated_inputs and md.mutated_input_indices[k] in kept:
+                i = md.mutated_input_indices[k]
+                primals[i].copy_(from_functional(o))
+                continue
+            result.append(from_functional(o))
+        return result
+
+    return _trace(inference, (primals,), decompositions, fake_mode)
+
