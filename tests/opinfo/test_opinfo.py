@@ -180,3 +180,14 @@ def test_verdict_rules():
     assert sweep.verdict(mk("b|float32", "pass"), expected) is None
     assert sweep.verdict(mk("b|float32", "unsupported"), expected) is None
     assert "REGRESSION" in sweep.verdict(mk("b|float32", "fail"), expected)
+
+
+def test_harness_catches_missed_buffer_mutation():
+    def clone_inputs(fn):
+        def call(*args):
+            return fn(*torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: t.clone(), args))
+
+        return call
+
+    o = _outcome("nn.functional.batch_norm", clone_inputs)  # training samples update running stats
+    assert o.outcome == sweep.FAIL and "inputs after the call" in o.reason, o
