@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import linecache
+import logging
 import os
 import re
 import sys
@@ -64,14 +65,20 @@ def torch_impl(fn: Callable) -> Callable:
 torch_impl.lenient = frozenset({"tuple_vs_list"})
 
 
-def aotgrad_impl(fn: Callable) -> Callable:
-    """The implementation under test: ``aotgrad.aot_function(fn, nop)``."""
+def import_aotgrad():
+    """``import aotgrad``, falling back to this checkout's ``src/`` when not installed."""
     try:
         import aotgrad
     except ImportError:
         src = os.path.join(os.path.dirname(__file__), "..", "..", "src")
         sys.path.insert(0, os.path.abspath(src))
         import aotgrad
+    return aotgrad
+
+
+def aotgrad_impl(fn: Callable) -> Callable:
+    """The implementation under test: ``aotgrad.aot_function(fn, nop)``."""
+    aotgrad = import_aotgrad()
     from aotgrad.compilers import nop
 
     return aotgrad.aot_function(fn, nop)
@@ -437,15 +444,35 @@ def run_case(
     post=(),
     modes=("grad",),
     seed: int = 0,
+    strict_stage: bool = False,
 ) -> Result:
     """Run ``source`` eagerly and through ``impl(f)``; return the observed differences."""
     case = Case(source, inputs_spec, list(post), list(modes), seed)
-    return run(case, impl)
+    return run(case, impl, strict_stage=strict_stage)
 
 
-def run(case: Case, impl: Impl | None = None) -> Result:
+def run(case: Case, impl: Impl | None = None, *, strict_stage: bool = False) -> Result:
+    """Compare eager and ``impl`` on ``case``.
+
+    Raising must match per call: if eager raises anywhere in a call (the call itself, the
+    post-call mutation, backward), the impl must raise somewhere in that call too, and vice
+    versa.  With ``strict_stage`` it must raise at the same stage; by default raising earlier
+    is accepted (an AOT system may reject at compile time what eager rejects in backward),
+    since the stages before the first raise are still compared.
+    """
     impl = impl or default_impl()
     lenient = getattr(impl, "lenient", frozenset())
+    # FakeTensor logs every failed meta kernel at ERROR level; eager-raises cases would spam.
+    fake_log = logging.getLogger("torch._subclasses.fake_tensor")
+    old_level = fake_log.level
+    fake_log.setLevel(logging.CRITICAL)
+    try:
+        return _run(case, impl, lenient, strict_stage)
+    finally:
+        fake_log.setLevel(old_level)
+
+
+def _run(case: Case, impl: Impl, lenient, strict_stage: bool) -> Result:
     diffs: list[str] = []
     eager_errors: dict[str, str] = {}
     impl_errors: dict[str, str] = {}
@@ -466,19 +493,29 @@ def run(case: Case, impl: Impl | None = None) -> Result:
                 i_obs, i_err, _ = _one_side(impl_fn, case, i, mode, cots_from=cots or [])
             eager_errors.update(e_err)
             impl_errors.update(i_err)
+            e_first = next((s for s in _STAGES if f"{s}[{i}]" in e_err), None)
+            i_first = next((s for s in _STAGES if f"{s}[{i}]" in i_err), None)
+            if (e_first is None) != (i_first is None):
+                if e_first is None:
+                    key = f"{i_first}[{i}]"
+                    diffs.append(f"{key}: impl raised, eager did not: {i_err[key]}")
+                else:
+                    key = f"{e_first}[{i}]"
+                    diffs.append(f"{key}: eager raised, impl did not: {e_err[key]}")
+            elif strict_stage and e_first != i_first:
+                diffs.append(
+                    f"call[{i}]: eager raised at {e_first}, impl at {i_first}: "
+                    f"{e_err[f'{e_first}[{i}]']} / {i_err[f'{i_first}[{i}]']}"
+                )
             for stage in _STAGES:
-                key = f"{stage}[{i}]"
-                if key in e_err or key in i_err:
-                    if key not in e_err:
-                        diffs.append(f"{key}: impl raised, eager did not: {i_err[key]}")
-                    elif key not in i_err:
-                        diffs.append(f"{key}: eager raised, impl did not: {e_err[key]}")
+                # Compare every stage both sides completed; stop at the first raise.
+                if stage in (e_first, i_first):
                     break
-                if key in e_obs or key in i_obs:
-                    if key not in i_obs:
-                        diffs.append(f"{key}: impl skipped stage")
-                        break
+                key = f"{stage}[{i}]"
+                if key in e_obs and key in i_obs:
                     _compare(e_obs[key], i_obs[key], key, diffs, lenient)
+                elif key in e_obs or key in i_obs:
+                    diffs.append(f"{key}: only one side ran this stage")
             if diffs:
                 break
     return Result(diffs, eager_errors, impl_errors)

@@ -1,0 +1,93 @@
+"""Long differential fuzz run: ``python tools/fuzz.py --n 20000 --seed 0``.
+
+Runs N random programs (``tests/fuzz/generator.py``'s ``random_case``, no hypothesis, so it
+is fast), compares eager with the implementation (``--impl aotgrad`` default, or ``torch``),
+prints throughput and a summary of failures grouped by signature, and writes each failing
+case to ``--out`` as a ready-to-paste pytest regression test (greedily minimized with
+``--minimize``, which keeps the failure's signature).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+import time
+import traceback
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(1, os.path.join(ROOT, "src"))
+
+from tests.fuzz.generator import random_case  # noqa: E402
+from tests.fuzz.harness import IMPLS, minimize, run  # noqa: E402
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--n", type=int, default=1000, help="number of programs")
+    p.add_argument("--seed", type=int, default=0, help="first program seed (programs use seed..seed+n-1)")
+    p.add_argument("--impl", choices=sorted(IMPLS), default=os.environ.get("AOTGRAD_FUZZ_IMPL", "aotgrad"))
+    p.add_argument("--out", default="fuzz-failures", help="folder for failing programs")
+    p.add_argument("--minimize", action="store_true", help="minimize each failure before writing it")
+    p.add_argument("--max-per-signature", type=int, default=5, help="write at most this many per signature")
+    p.add_argument("--strict-stage", action="store_true", help="errors must be raised at the same stage")
+    p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+    p.add_argument("--quiet", action="store_true")
+    a = p.parse_args(argv)
+
+    import torch
+
+    torch.set_num_threads(a.threads)
+    impl = IMPLS[a.impl]
+    os.makedirs(a.out, exist_ok=True)
+    by_sig: dict[str, list[int]] = collections.defaultdict(list)
+    eager_raised = 0
+    crashed = 0
+    t0 = time.perf_counter()
+    last = t0
+    for i in range(a.n):
+        seed = a.seed + i
+        try:
+            case = random_case(seed)
+            res = run(case, impl, strict_stage=a.strict_stage)
+        except Exception:
+            crashed += 1
+            by_sig["harness crashed"].append(seed)
+            with open(os.path.join(a.out, f"crash_{seed}.txt"), "w") as fh:
+                fh.write(traceback.format_exc())
+            continue
+        if res.eager_errors:
+            eager_raised += 1
+        if not res.ok:
+            sig = res.signature
+            by_sig[sig].append(seed)
+            if len(by_sig[sig]) <= a.max_per_signature:
+                if a.minimize:
+                    case = minimize(case, impl)
+                    res = run(case, impl, strict_stage=a.strict_stage)
+                with open(os.path.join(a.out, f"seed_{seed}.py"), "w") as fh:
+                    fh.write(f"# impl={a.impl} seed={seed}\n# signature: {sig}\n")
+                    fh.write("".join(f"# {line}\n" for line in res.report().splitlines()))
+                    fh.write("\n" + case.as_test(f"test_seed_{seed}", reason=sig[:120]))
+        now = time.perf_counter()
+        if not a.quiet and now - last > 10:
+            last = now
+            nf = sum(len(v) for v in by_sig.values())
+            print(f"  {i + 1}/{a.n}  {(i + 1) / (now - t0):.1f} programs/s  failing {nf}", flush=True)
+    dt = time.perf_counter() - t0
+    nf = sum(len(v) for v in by_sig.values())
+    print(f"impl={a.impl}: {a.n} programs in {dt:.1f}s = {a.n / dt:.2f} programs/s "
+          f"(incl. minimization)" if a.minimize else
+          f"impl={a.impl}: {a.n} programs in {dt:.1f}s = {a.n / dt:.2f} programs/s")
+    print(f"eager raised somewhere in {eager_raised}; failing {nf} ({len(by_sig)} signatures); "
+          f"harness crashes {crashed}")
+    for sig, seeds in sorted(by_sig.items(), key=lambda kv: -len(kv[1])):
+        print(f"  {len(seeds):5d}  {sig}   e.g. seeds {seeds[:5]}")
+    print(f"failing programs written to {a.out}/")
+    return 1 if nf else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
