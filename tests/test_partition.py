@@ -525,3 +525,22 @@ def test_getitem_of_multi_output_is_saved_not_tuple() -> None:
         saved = [n for n in fw.graph.nodes if n.op == "output"][0].args[0][1:]
         assert all(isinstance(n.meta["val"], torch.Tensor) for n in saved)
         assert any(n.target is operator.getitem for n in saved)
+
+
+@pytest.mark.parametrize("part", list(OURS))
+def test_tensor_constants_and_torch_kwargs(part: str) -> None:
+    """get_attr constants travel with both modules; torch-only keyword arguments are ignored."""
+
+    def joint(primals, tangents):
+        c = torch.tensor([1.0, 2.0, 3.0])
+        return [[primals[0] * c], [tangents[0] * c * primals[0].cos(), None]]
+
+    primals, tangents = [torch.randn(3), torch.randn(3)], [torch.randn(3)]
+    joint_gm = make_fx(joint)(primals, tangents)
+    fw, bw = OURS[part](
+        joint_gm, primals + tangents, num_fwd_outputs=1, static_lifetime_input_indices=[0]
+    )
+    outs, grads = run_split(fw, bw, primals, tangents, 1, seed=0)
+    exp_outs, exp_grads = run_joint(joint_gm, primals, tangents, 1, seed=0)
+    assert_same(outs, exp_outs)
+    assert_same(grads, exp_grads)

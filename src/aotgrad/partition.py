@@ -18,10 +18,14 @@ the split on both modules' ``.meta`` dict: ``meta["num_fwd_outputs"]``,
 ``fw_module`` knows that the saved values start at output index ``num_fwd_outputs``
 (:func:`saved_bytes` uses this).
 
-Random ops (tagged ``nondeterministic_seeded``) and ops with side effects or mutations that
-the eager forward ran are always placed in the forward graph and never recomputed in the
-backward: the backward reads their saved outputs, so a dropout mask in the backward is the
-mask the forward drew.
+Two partitioners: :func:`default_partition` (the forward computes what the forward outputs
+need; the backward reads every forward value it uses from the saved set) and
+:func:`min_cut_rematerialization_partition` (a max-flow/min-cut over output bytes chooses
+the saved set; cheap ops are recomputed in the backward). With both, random ops (tagged
+``nondeterministic_seeded``) and ops with side effects or mutations that the eager forward
+ran are placed in the forward graph and never recomputed in the backward: the backward reads
+their saved outputs, so a dropout mask in the backward is the mask the forward drew. Nodes
+that neither the forward outputs nor the grads need are dropped.
 """
 
 from __future__ import annotations
@@ -124,7 +128,8 @@ def _is_random(node: fx.Node) -> bool:
 
 
 def _is_impure(node: fx.Node) -> bool:
-    """An op with a side effect or a mutation: it must run exactly where eager ran it."""
+    """An op with a side effect or a mutation: run once, in the graph eager ran it in
+    (random ops are classified separately, by :func:`_is_random`)."""
     if node.op != "call_function":
         return False
     target = node.target
@@ -279,10 +284,7 @@ _RECOMPUTABLE = frozenset(
     {
         aten.clone,
         aten._to_copy,
-        aten.to,
-        aten.type_as,
         prims.convert_element_type,
-        aten.reshape,
         aten._unsafe_view,
         aten.lift_fresh_copy,
         aten.scalar_tensor,
