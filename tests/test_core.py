@@ -477,3 +477,15 @@ def test_torch_partitioner_works_unchanged():
 
     cf = aotgrad.aot_function(f, nop, partition_fn=min_cut_rematerialization_partition)
     check(f, lambda: (rg(3, 4), rg(4, 5)), compiled=cf, mutate_outputs=False)
+
+
+def test_torch_default_partitioner_works_unchanged():
+    from torch._functorch.partitioners import default_partition as torch_default
+
+    def f(x, w):
+        return torch.nn.functional.dropout((x @ w).relu(), 0.0).sum()
+
+    cf = aotgrad.aot_function(f, nop, partition_fn=torch_default)
+    check(f, lambda: (rg(3, 4), rg(4, 5)), compiled=cf, mutate_outputs=False)
+    bw = cf.entries[0].graphs["backward"].code
+    assert "aten.mm" in bw and bw.count("aten.mm") == 2  # only the two grad matmuls

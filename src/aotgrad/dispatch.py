@@ -30,14 +30,15 @@ class AotFunction:
         self.fn = fn
         self.config = config
         self.entries: list[CompiledEntry] = []
+        self._flat: list[tuple[Callable, Callable]] = []
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not kwargs:
-            # Positional-only call: the args are the leaves when the entry is flat.
-            for entry in self.entries:
-                if entry.guard.check_leaves(args, None):
-                    return entry.runtime(entry.layout.graph_inputs_of(args))
+            # Positional-only call of a flat entry: the args are the leaves, no pytree walk.
+            for check, run in self._flat:
+                if check(args):
+                    return run(args)
         leaves, spec = flatten_call(args, kwargs)
         for entry in self.entries:
             if entry.guard.check_leaves(leaves, spec):
@@ -46,6 +47,8 @@ class AotFunction:
         if self.entries:
             log.info("aotgrad: recompiling %s (entry %d)", getattr(self.fn, "__name__", self.fn), len(self.entries))
         self.entries.insert(0, entry)
+        if entry.guard.check_flat is not None:
+            self._flat.insert(0, (entry.guard.check_flat, entry.run_flat))
         return entry(leaves)
 
     @property

@@ -39,9 +39,16 @@ def _constant_key(value: Any) -> Any:
 def storage_groups(tensors: list[torch.Tensor]) -> tuple[int, ...]:
     """For each tensor, the index of the first tensor sharing its storage."""
     first: dict[int, int] = {}
-    return tuple(
-        first.setdefault(t.untyped_storage()._cdata, i) for i, t in enumerate(tensors)
-    )
+    keys = [t.untyped_storage()._cdata for t in tensors]
+    return tuple([first.setdefault(k, i) for i, k in enumerate(keys)])
+
+
+def _storage_use_count(t: torch.Tensor) -> int:
+    return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
+
+
+#: the use count of a storage that only one tensor holds (as seen through _storage_use_count)
+_EXCLUSIVE_USE_COUNT = _storage_use_count(torch.empty(1))
 
 
 @dataclass(frozen=True)
@@ -149,6 +156,7 @@ class EntryGuard:
         grad_enabled: bool,
         check_storage: bool,
         leafness: Optional[dict[int, bool]] = None,
+        mutated_leaves: Optional[tuple[int, ...]] = None,
     ) -> None:
         self.layout = layout
         self.grad_enabled = grad_enabled
@@ -164,19 +172,66 @@ class EntryGuard:
             if layout.graph_input_tensors[g] != k
         )
         self._storage_groups = storage_groups(tensors) if check_storage else None
+        # Tensor leaves whose data the entry mutates. When each of them was unaliased at
+        # compile time and its storage is held by no other tensor now, it cannot alias
+        # another input: O(#mutated) instead of looking at every input's storage.
+        self._mutated_leaves: tuple[int, ...] = ()
+        if check_storage:
+            mutated = tuple(mutated_leaves or ())
+            groups = self._storage_groups
+            singletons = all(groups.count(groups[k]) == 1 for k in mutated)
+            self._mutated_leaves = mutated if singletons and mutated else ()
         # Mutated inputs: eager rejects an in-place op on a leaf that requires grad, so
         # leafness decides between a working entry and the eager error.
         self._leafness = tuple((leafness or {}).items())
 
-    def check_leaves(self, leaves: list[Any], spec: Optional[pytree.TreeSpec]) -> bool:
-        """True when a call with these leaves (and spec; None means flat) may reuse the entry."""
-        layout = self.layout
-        if torch.is_grad_enabled() is not self.grad_enabled:
-            return False
-        if spec is None:
-            if not layout.is_flat or len(leaves) != layout.num_leaves:
+        self.check_flat = self._build_flat_check() if layout.is_flat else None
+
+    def _build_flat_check(self):
+        """A closure for positional-only calls: ``check_flat(args) -> bool``, doing only the
+        checks this entry needs (it runs on every call)."""
+        n = self.layout.num_leaves
+        grad_enabled = self.grad_enabled
+        tensor_check = self._tensor_guards.check
+        relations = self._check_relations if self._has_relations else None
+        is_grad_enabled = torch.is_grad_enabled
+
+        def check_flat(args: tuple) -> bool:
+            if len(args) != n or is_grad_enabled() is not grad_enabled:
                 return False
-        elif spec != layout.in_spec:
+            try:
+                if not tensor_check(*args):
+                    return False
+            except TypeError:  # a non-tensor where a tensor was
+                return False
+            return relations is None or relations(args)
+
+        return check_flat
+
+    @property
+    def _has_relations(self) -> bool:
+        return bool(self._leafness or self._duplicate_pairs or self._storage_groups is not None)
+
+    def _check_relations(self, tensors: Any) -> bool:
+        """Leafness of mutated inputs, identity of deduplicated inputs, storage sharing."""
+        for k, is_leaf in self._leafness:
+            if tensors[k].is_leaf is not is_leaf:
+                return False
+        for a, b in self._duplicate_pairs:
+            if tensors[a] is not tensors[b]:
+                return False
+        if self._storage_groups is not None:
+            exclusive = self._mutated_leaves and all(
+                _storage_use_count(tensors[k]) == _EXCLUSIVE_USE_COUNT for k in self._mutated_leaves
+            )
+            if not exclusive and storage_groups(tensors) != self._storage_groups:
+                return False
+        return True
+
+    def check_leaves(self, leaves: list[Any], spec: pytree.TreeSpec) -> bool:
+        """True when a call with these flattened leaves and spec may reuse the entry."""
+        layout = self.layout
+        if torch.is_grad_enabled() is not self.grad_enabled or spec != layout.in_spec:
             return False
         for pos, key in self._constant_keys:
             if _constant_key(leaves[pos]) != key:
@@ -187,15 +242,7 @@ class EntryGuard:
                 return False
         except TypeError:
             return False
-        for k, is_leaf in self._leafness:
-            if tensors[k].is_leaf is not is_leaf:
-                return False
-        for a, b in self._duplicate_pairs:
-            if tensors[a] is not tensors[b]:
-                return False
-        if self._storage_groups is not None and storage_groups(tensors) != self._storage_groups:
-            return False
-        return True
+        return not self._has_relations or self._check_relations(tensors)
 
     def describe(self) -> str:
         return (

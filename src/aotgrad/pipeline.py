@@ -65,7 +65,16 @@ class CompiledEntry:
 
     def __call__(self, leaves: list[Any]) -> Any:
         tensors = self.layout.tensors_of(leaves)
-        return self.runtime(self.layout.graph_inputs_of(tensors))
+        return self.runtime.run(self.layout.graph_inputs_of(tensors))
+
+    @property
+    def run_flat(self) -> Callable[[tuple], Any]:
+        """Run on a positional-only call's args (valid when ``guard.check_flat`` passes)."""
+        if not self.layout.has_duplicates:
+            return self.runtime.run
+        pick = self.layout.graph_input_tensors
+        run = self.runtime.run
+        return lambda args: run([args[i] for i in pick])
 
     def __repr__(self) -> str:
         kind = "training" if self.training else "inference"
@@ -174,6 +183,9 @@ def compile_entry(fn: Callable, leaves: list[Any], spec: pytree.TreeSpec, config
         leafness={
             layout.graph_input_tensors[i]: md.input_info[i].is_leaf for i in md.mutated_input_indices
         },
+        mutated_leaves=tuple(
+            k for k, g in enumerate(layout.graph_input_of_tensor) if g in set(md.data_mutated_input_indices)
+        ),
     )
     entry = CompiledEntry(guard, layout, md, runtime, training, graphs, joint_gm)
     entry.compile_seconds = time.perf_counter() - start

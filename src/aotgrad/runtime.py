@@ -107,15 +107,15 @@ class OutputBuilder:
         self.is_slice = all(k == "out" for k, _, _ in plan)
         self.out_spec = out_spec
         if out_spec.is_leaf():
-            self._pack = lambda r: r[0]
+            self.pack = lambda r: r[0]
         elif out_spec == pytree.tree_flatten(tuple(range(out_spec.num_leaves)))[1]:
-            self._pack = tuple
+            self.pack = tuple
         else:
-            self._pack = lambda r: pytree.tree_unflatten(r, out_spec)
+            self.pack = lambda r: pytree.tree_unflatten(r, out_spec)
 
     def __call__(self, fw_outs: Any, graph_inputs: Any) -> Any:
         if self.is_slice:
-            return self._pack(fw_outs[self.first_user : self.first_user + self.num_user_tensors])
+            return self.pack(fw_outs[self.first_user : self.first_user + self.num_user_tensors])
         result: list[Any] = [None] * len(self.plan)
         # Direct outputs first: an alias may name a user output that comes after it.
         for j, (kind, idx, info) in enumerate(self.plan):
@@ -135,7 +135,7 @@ class OutputBuilder:
                 result[j] = regenerate_alias(result[idx], info)
             else:
                 result[j] = result[idx]
-        return self._pack(result)
+        return self.pack(result)
 
 
 def _unwrap(x: Any) -> Any:
@@ -286,14 +286,33 @@ class CompiledRuntime:
             self._function = _make_function(fw_callable, backward, alias_positions, nondiff)
             self._apply = self._function.apply
 
+        self.run: Callable[[Any], Any] = self._build_run()
+
+    def _build_run(self) -> Callable[[Any], Any]:
+        """``run(graph_inputs) -> user outputs``, specialised to what this entry needs: the
+        common entry (no mutation, outputs a slice of the forward's) is two calls."""
+        forward = self._apply if self.training else self._fw
+        writebacks = self.writebacks
+        outputs = self.outputs
+        if not writebacks and outputs.is_slice:
+            lo, hi = outputs.first_user, outputs.first_user + outputs.num_user_tensors
+            pack = outputs.pack
+            if pack is tuple:
+                return lambda graph_inputs: tuple(forward(*graph_inputs)[lo:hi])
+            if outputs.out_spec.is_leaf():
+                return lambda graph_inputs: forward(*graph_inputs)[lo]
+            return lambda graph_inputs: pack(forward(*graph_inputs)[lo:hi])
+
+        def run(graph_inputs: Any) -> Any:
+            fw_outs = forward(*graph_inputs)
+            if writebacks:
+                apply_writebacks(writebacks, fw_outs, graph_inputs)
+            return outputs(fw_outs, graph_inputs)
+
+        return run
+
     def __call__(self, graph_inputs: Any) -> Any:
-        if self.training:
-            fw_outs = self._apply(*graph_inputs)
-        else:
-            fw_outs = self._fw(*graph_inputs)
-        if self.writebacks:
-            apply_writebacks(self.writebacks, fw_outs, graph_inputs)
-        return self.outputs(fw_outs, graph_inputs)
+        return self.run(graph_inputs)
 
 
 def build_runtime(
