@@ -407,12 +407,39 @@ def _tolerance(op, dtype: torch.dtype) -> tuple[float, float] | None:
     return found
 
 
-def compare(expected: Any, actual: Any, what: str, tol, values: bool = True, requires_grad: bool = True) -> None:
-    """Raise Mismatch unless ``actual`` matches ``expected`` (eager's)."""
+def _canon(x: Any) -> Any:
+    """Lists, tuples and torch.Size as plain tuples (named tuples and return_types stay)."""
+    if type(x) in (list, tuple) or isinstance(x, torch.Size):
+        return tuple(_canon(y) for y in x)
+    if type(x) is dict:
+        return {k: _canon(v) for k, v in x.items()}
+    return x
+
+
+def compare(
+    expected: Any,
+    actual: Any,
+    what: str,
+    tol,
+    values: bool = True,
+    requires_grad: bool = True,
+    soft: list | None = None,
+) -> None:
+    """Raise Mismatch unless ``actual`` matches ``expected`` (eager's).
+
+    A container that differs only in kind (a list where eager returns a tuple) is a mismatch
+    too, but a softer one: when ``soft`` is given it is appended there and the leaves are still
+    compared, so that a deeper difference is the one reported.
+    """
     e_leaves, e_spec = pytree.tree_flatten(expected)
     a_leaves, a_spec = pytree.tree_flatten(actual)
     if e_spec != a_spec:
-        raise Mismatch(f"{what}: structure {_spec_str(a_spec)} != eager {_spec_str(e_spec)}")
+        msg = f"{what}: structure {_spec_str(a_spec)} != eager {_spec_str(e_spec)}"
+        e_leaves, e_canon = pytree.tree_flatten(_canon(expected))
+        a_leaves, a_canon = pytree.tree_flatten(_canon(actual))
+        if soft is None or e_canon != a_canon:
+            raise Mismatch(msg)
+        soft.append(msg)
     for i, (e, a) in enumerate(zip(e_leaves, a_leaves)):
         where = f"{what}[{i}]" if len(e_leaves) > 1 else what
         if isinstance(e, torch.Tensor):
@@ -455,7 +482,7 @@ def _same_scalar(e: Any, a: Any) -> bool:
 
 
 def _spec_str(spec) -> str:
-    s = str(spec)
+    s = " ".join(str(spec).split())
     return s if len(s) < 80 else s[:77] + "..."
 
 
@@ -614,8 +641,9 @@ def _check_sample(p: Prepared, ref: SideResult, compile_fn, tol, values: bool, g
         return ERROR, f"{st.stage}: {first_line(st.exc)}"
     except Exception as e:
         return ERROR, f"forward: {first_line(e)}"
+    soft: list[str] = []  # container-kind differences, reported only if nothing worse is wrong
     try:
-        compare(ref.out, got.out, "out", tol, values=values)
+        compare(ref.out, got.out, "out", tol, values=values, soft=soft)
         if got.aliases != ref.aliases:
             raise Mismatch(f"out: aliases inputs {got.aliases} != eager {ref.aliases}")
         if ref.mutated_meta is not None:
@@ -638,6 +666,8 @@ def _check_sample(p: Prepared, ref: SideResult, compile_fn, tol, values: bool, g
             _compare_grads(ref.grads, got.grads, tol, values)
         except Mismatch as m:
             return FAIL, f"backward: {m}"
+    if soft:
+        return FAIL, f"forward: {soft[0]}"
     return PASS, ""
 
 
