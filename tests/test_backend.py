@@ -277,16 +277,20 @@ def test_input_mutation_and_aliasing_through_dynamo():
 
 
 def test_dynamic_shapes_from_dynamo():
-    rec = Recorder(aotgrad_backend)
+    """One Dynamo graph with a SymInt input; aotgrad (dynamic=False) specializes per size."""
+    fw = Counting()
+    rec = Recorder(make_backend(fw_compiler=fw, bw_compiler=compilers.nop))
     m = nn.Linear(3, 2)
     cm = torch.compile(m, backend=rec, dynamic=True)
-    for n in (2, 5, 7):
+    for n in (2, 5, 7, 5):
         x = torch.randn(n, 3, requires_grad=True)
         out = cm(x)
         _close(out, m(x))
         out.sum().backward()
+        _close(x.grad, m.weight.detach().sum(0).expand(n, 3))
     assert len(rec.calls) == 1
     assert any(isinstance(t, torch.SymInt) for t in rec.calls[0][1])
+    assert len(fw.graphs) == 3  # one per distinct size, reused for the repeat
 
 
 def test_train_eval_and_grad_mode_recompile_in_dynamo():

@@ -11,8 +11,9 @@ What Dynamo (torch 2.13) hands a backend, and how it is handled:
   separate backend call, each compiled on its own;
 * ``example_inputs``: *real* tensors by default, with parameters and buffers lifted into
   ordinary graph inputs (``inline_inbuilt_nn_modules``, the default), interleaved with the
-  user's inputs; ``SymInt``\\ s for sizes marked dynamic. With inlining turned off the
-  parameters stay attributes of the GraphModule instead. Both shapes go through
+  user's inputs; SymInt values for sizes marked dynamic (the call then passes ints).
+  Inlining can no longer be turned off in 2.13, but a GraphModule that owns its parameters
+  (other front ends, older Dynamo) is handled too. Both shapes go through
   :func:`aotgrad.module.aot_module_simplified`, which lifts whatever state the
   GraphModule still owns; lifted inputs are ordinary inputs to aot_function, whose
   input-mutation handling writes BatchNorm's running stats back.
@@ -50,9 +51,13 @@ def _has_symbolic(example_inputs: list[Any]) -> bool:
 class AotgradBackend:
     """A Dynamo backend: ``backend(gm, example_inputs) -> callable``.
 
-    Holds aot_function's options; each call compiles one Dynamo graph. ``dynamic=None``
-    (the default) follows Dynamo: a graph with symbolic sizes is compiled with
-    ``dynamic=True``, any other with ``dynamic=False``.
+    Holds aot_function's options; each call compiles one Dynamo graph.
+
+    ``dynamic=False`` (the default) is always correct: a graph Dynamo made dynamic receives
+    its sizes as plain ``int`` inputs, which aot_function bakes into the graph, so each new
+    size compiles a new aotgrad entry under Dynamo's single graph. ``dynamic=None`` follows
+    Dynamo (``dynamic=True`` for a graph with symbolic sizes); it needs aot_function's
+    symbolic-shape support, which the core does not have yet.
     """
 
     def __init__(
@@ -63,7 +68,7 @@ class AotgradBackend:
         decompositions: Optional[dict] = None,
         keep_inference_input_mutations: bool = False,
         inference_compiler: Optional[Callable] = None,
-        dynamic: Optional[bool] = None,
+        dynamic: Optional[bool] = False,
         name: str = "aotgrad",
     ):
         self.fw_compiler = fw_compiler if fw_compiler is not None else compilers.nop
@@ -109,13 +114,13 @@ def backend(
     decompositions: Optional[dict] = None,
     keep_inference_input_mutations: bool = False,
     inference_compiler: Optional[Callable] = None,
-    dynamic: Optional[bool] = None,
+    dynamic: Optional[bool] = False,
 ) -> AotgradBackend:
     """A configured backend for ``torch.compile(model, backend=aotgrad.backend(...))``.
 
     The arguments are aot_function's; ``fw_compiler`` defaults to
     :func:`aotgrad.compilers.nop`, ``bw_compiler`` and ``inference_compiler`` to
-    ``fw_compiler``, ``dynamic=None`` to following Dynamo.
+    ``fw_compiler``; ``dynamic`` is described in :class:`AotgradBackend`.
     """
     return AotgradBackend(fw_compiler, bw_compiler, partition_fn, decompositions,
                           keep_inference_input_mutations, inference_compiler, dynamic)
