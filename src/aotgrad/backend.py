@@ -10,9 +10,9 @@ What Dynamo (torch 2.13) hands a backend, and how it is handled:
 * an ``fx.GraphModule`` of torch-level ops; each graph break gives a separate graph and a
   separate backend call, each compiled on its own;
 * ``example_inputs``: *real* tensors by default, with parameters and buffers lifted into
-  ordinary graph inputs (``inline_inbuilt_nn_modules``, the default), interleaved with the
+  ordinary graph inputs (``inline_inbuilt_nn_modules``, always on in 2.13), interleaved with the
   user's inputs; SymInt values for sizes marked dynamic (the call then passes ints).
-  Inlining can no longer be turned off in 2.13, but a GraphModule that owns its parameters
+  A GraphModule that owns its parameters
   (other front ends, older Dynamo) is handled too. Both shapes go through
   :func:`aotgrad.module.aot_module_simplified`, which lifts whatever state the
   GraphModule still owns; lifted inputs are ordinary inputs to aot_function, whose
