@@ -10,12 +10,17 @@ the compiled region, identically for all sides). Sides:
                    so it needs ``pip install -e .``; otherwise the same backend object is
                    built with ``aotgrad.backend(fw_compiler=aotgrad.compilers.inductor)``)
 
-Reported per model: the median step time after warm-up (ms), the ratio ours/torch, and the
-compile time: the first step's time, which includes Dynamo tracing, AOT tracing,
-partitioning and Inductor. Compile times are measured with a fresh, empty Inductor cache
+Reported per model: the median step time after warm-up (ms; the sides' steps are
+interleaved, one step of each per round, so machine noise hits all alike), the ratio
+ours/torch, and the compile time: the first step's time, which includes Dynamo tracing, AOT
+tracing, partitioning and Inductor (a throwaway compile first pays Inductor's one-time
+process costs, so neither side is charged for them). Compile times are measured with a fresh, empty Inductor cache
 directory per side (``--warm-cache`` keeps the default directory, so a rerun shows cache
 hits). Also printed: the largest difference of the losses from eager's over the measured
 steps (all sides start from the same weights and see the same batches).
+
+Dynamo's automatic dynamic shapes are off (all sides compile static shapes: the sides
+compile the same code objects in turn, and a recompile could otherwise turn dynamic).
 
 Models (dropout 0):
   mlp          Linear(256, 512) - ReLU - Linear(512, 512) - ReLU - Linear(512, 10), batch 64
@@ -37,6 +42,7 @@ import time
 from _common import fmt, parse_args, print_table, ratio, write_json
 
 import torch
+import torch._dynamo
 import torch.nn as nn
 
 MODELS = ["mlp", "transformer"]
@@ -73,41 +79,79 @@ def aotgrad_backend():
         return None, f"entry point: {entry_err}; aotgrad.backend: {type(e).__name__}: {e}"
 
 
-def run_side(name, base_model, batch, target_shape, backend, steps, warmup, warm_cache):
-    """(first step s, median step s, losses) for one side."""
-    import torch._dynamo
+class Side:
+    """One side's model copy, optimizer and step function; ``losses`` records every step."""
+
+    def __init__(self, base_model, batches, backend):
+        self.model = copy.deepcopy(base_model)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=1e-3)
+        if backend == "eager":
+            self.fn = self.model
+        elif backend == "torch":
+            self.fn = torch.compile(self.model)
+        else:
+            self.fn = torch.compile(self.model, backend=backend)
+        self.batches = batches
+        self.losses = []
+        self.times = []
+
+    def step(self):
+        x, y = self.batches[len(self.losses) % len(self.batches)]
+        t0 = time.perf_counter()
+        self.opt.zero_grad(set_to_none=True)
+        loss = nn.functional.mse_loss(self.fn(x), y)
+        loss.backward()
+        self.opt.step()
+        dt = time.perf_counter() - t0
+        self.losses.append(loss.detach())
+        return dt
+
+
+def warm_up_process():
+    """Pay Inductor's one-time process costs (imports, worker pool) before measuring."""
     from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
 
-    torch._dynamo.reset()
-    model = copy.deepcopy(base_model)
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    fn = model if backend == "eager" else (
-        torch.compile(model) if backend == "torch" else torch.compile(model, backend=backend))
+    with temporary_cache_dir(tempfile.mkdtemp(prefix="bench_warmup_")):
+        f = torch.compile(lambda x: (x * 2).sin())
+        f(torch.randn(4, requires_grad=True)).sum().backward()
+
+
+def run_model(name, sides, steps, warmup, warm_cache):
+    """Compile each side (first step, timed), then interleave the measured steps."""
+    from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
+
+    base, batch, target = make(name)
     g = torch.Generator().manual_seed(1)
-    batches = [(batch(g), torch.randn(target_shape, generator=g)) for _ in range(4)]
-
-    def step(i):
-        x, y = batches[i % len(batches)]
-        opt.zero_grad(set_to_none=True)
-        loss = nn.functional.mse_loss(fn(x), y)
-        loss.backward()
-        opt.step()
-        return loss.detach()
-
-    cache = (contextlib.nullcontext() if warm_cache
-             else temporary_cache_dir(tempfile.mkdtemp(prefix=f"bench_{name}_")))
-    with cache:
-        t0 = time.perf_counter()
-        losses = [step(0)]
-        first = time.perf_counter() - t0
-        for i in range(1, warmup):
-            losses.append(step(i))
-        times = []
-        for i in range(warmup, warmup + steps):
-            t0 = time.perf_counter()
-            losses.append(step(i))
-            times.append(time.perf_counter() - t0)
-    return first, statistics.median(times), torch.stack(losses)
+    batches = [(batch(g), torch.randn(target, generator=g)) for _ in range(4)]
+    live, compile_s, errors = {}, {}, {}
+    for side, backend in sides.items():
+        if isinstance(backend, str) and backend.startswith("n/a:"):
+            errors[side] = backend[4:]
+            continue
+        cache = (contextlib.nullcontext() if warm_cache
+                 else temporary_cache_dir(tempfile.mkdtemp(prefix=f"bench_{name}_{side}_")))
+        try:
+            with cache:
+                s = Side(base, batches, backend)
+                compile_s[side] = s.step()
+                for _ in range(1, warmup):
+                    s.step()
+            live[side] = s
+        except Exception as e:
+            errors[side] = f"{type(e).__name__}: {e}"
+    for _ in range(steps):
+        for s in live.values():
+            s.times.append(s.step())
+    step_ms = {k: statistics.median(s.times) * 1e3 for k, s in live.items()}
+    diffs = {}
+    if "eager" in live:
+        ref = torch.stack(live["eager"].losses)
+        for k, s in live.items():
+            if k != "eager":
+                diffs[k] = (torch.stack(s.losses) - ref).abs().max().item()
+    return {"model": name, "step_ms": step_ms, "compile_s": compile_s,
+            "min_step_ms": {k: min(s.times) * 1e3 for k, s in live.items()},
+            "max_loss_diff": diffs, "errors": errors}
 
 
 def main():
@@ -120,31 +164,18 @@ def main():
 
     args = parse_args(__doc__.splitlines()[0], extra)
     ours_backend, how = aotgrad_backend()
+    sides = {"eager": "eager", "torch": "torch",
+             "ours": ours_backend if ours_backend is not None else "n/a:" + how}
+    # The sides compile the same forward code objects one after another; with automatic
+    # dynamic shapes a later side's recompile could come out dynamic. Keep all static.
+    torch._dynamo.config.automatic_dynamic_shapes = False
+    warm_up_process()
     results = []
     for name in args.models.split(","):
-        base, batch, target = make(name)
-        res = {"model": name, "step_ms": {}, "compile_s": {}, "max_loss_diff": {}, "errors": {}}
-        eager_losses = None
-        for side, backend in (("eager", "eager"), ("torch", "torch"), ("ours", ours_backend)):
-            if backend is None:
-                res["errors"][side] = how
-                continue
-            try:
-                first, med, losses = run_side(name, base, batch, target, backend,
-                                              args.steps, args.warmup, args.warm_cache)
-            except Exception as e:
-                res["errors"][side] = f"{type(e).__name__}: {e}"
-                continue
-            res["step_ms"][side] = med * 1e3
-            res["compile_s"][side] = first
-            if side == "eager":
-                eager_losses = losses
-            elif eager_losses is not None:
-                res["max_loss_diff"][side] = (losses - eager_losses).abs().max().item()
-            print(f"  done {name} {side}", file=sys.stderr)
-        results.append(res)
+        results.append(run_model(name, sides, args.steps, args.warmup, args.warm_cache))
+        print(f"  done {name}", file=sys.stderr)
 
-    print(f"\ntraining step (fw + MSE + bw + SGD), median of {args.steps} steps after "
+    print(f"\ntraining step (fw + MSE + bw + SGD), median of {args.steps} interleaved steps after "
           f"{args.warmup} warm-up, torch.set_num_threads({torch.get_num_threads()}); "
           f"compile = first step, {'default (warm)' if args.warm_cache else 'fresh'} "
           f"Inductor cache; ours via {how if ours_backend is not None else 'n/a'}")
