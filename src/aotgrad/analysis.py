@@ -96,7 +96,11 @@ class _ClosureTensorCheck(TorchFunctionMode):
         kwargs = kwargs or {}
         name = getattr(func, "__name__", str(func))
         for t in pytree.tree_leaves((args, kwargs)):
-            if isinstance(t, torch.Tensor) and not isinstance(t, (FakeTensor, FunctionalTensor)):
+            if (
+                isinstance(t, torch.Tensor)
+                and not isinstance(t, (FakeTensor, FunctionalTensor))
+                and not torch._is_functional_tensor(t)  # functionalization's inner wrappers
+            ):
                 if t.requires_grad and torch.is_grad_enabled():
                     raise AotgradCompileError(
                         f"aotgrad: {name} uses a tensor that is not an input of the compiled "
@@ -160,6 +164,7 @@ def analyze(
                 mutation_visible_to_autograd=visible,
                 requires_grad=fake.requires_grad,
                 is_leaf=fake.is_leaf,
+                new_view=(tuple(f.shape), tuple(f.stride()), f.storage_offset()) if meta else None,
             )
         )
         input_storages.setdefault(StorageWeakRef(f.untyped_storage()), i)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 import torch.utils._pytree as pytree
@@ -43,6 +43,11 @@ def storage_groups(tensors: list[torch.Tensor]) -> tuple[int, ...]:
     return tuple([first.setdefault(k, i) for i, k in enumerate(keys)])
 
 
+def leaf_state(t: torch.Tensor) -> tuple[bool, bool]:
+    """(is a leaf, is a view of a leaf): what decides whether eager allows an in-place op."""
+    return (t.is_leaf, t._base is not None and t._base.is_leaf)
+
+
 def _storage_use_count(t: torch.Tensor) -> int:
     return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
 
@@ -56,9 +61,11 @@ class InputLayout:
     """Where the tensors of a call sit, and which are the same object.
 
     ``tensor_positions``: leaf indices holding tensors. ``constants``: (leaf index, value) of
-    every other leaf, baked into the graph. ``graph_input_of_tensor``: for each tensor leaf,
-    the graph input it becomes (the same object passed twice maps to one graph input).
-    ``graph_input_tensors``: for each graph input, its first tensor-leaf index.
+    every other leaf, baked into the graph. ``distinct_of_tensor``: for each tensor leaf,
+    the index of its distinct input (the same object passed twice is one distinct input).
+    ``distinct_tensors``: for each distinct input, its first tensor-leaf index. The distinct
+    inputs are the graph's inputs unless some are merged into synthetic bases
+    (:mod:`aotgrad.aliasing`).
     ``is_flat``: the call was ``fn(*tensors)`` with no kwargs and no constants, so the
     positional args are the tensor leaves themselves.
     """
@@ -67,17 +74,17 @@ class InputLayout:
     num_leaves: int
     tensor_positions: tuple[int, ...]
     constants: tuple[tuple[int, Any], ...]
-    graph_input_of_tensor: tuple[int, ...]
-    graph_input_tensors: tuple[int, ...]
+    distinct_of_tensor: tuple[int, ...]
+    distinct_tensors: tuple[int, ...]
     is_flat: bool
 
     @property
     def has_duplicates(self) -> bool:
-        return len(self.graph_input_tensors) != len(self.tensor_positions)
+        return len(self.distinct_tensors) != len(self.tensor_positions)
 
     @property
-    def num_graph_inputs(self) -> int:
-        return len(self.graph_input_tensors)
+    def num_distinct(self) -> int:
+        return len(self.distinct_tensors)
 
     def tensors_of(self, leaves: list[Any]) -> list[torch.Tensor]:
         """The tensor leaves of a call, in order."""
@@ -85,17 +92,17 @@ class InputLayout:
             return leaves
         return [leaves[i] for i in self.tensor_positions]
 
-    def graph_inputs_of(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-        """The graph's inputs from a call's tensor leaves (one per distinct object)."""
+    def distinct_inputs_of(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The distinct inputs of a call's tensor leaves (one per tensor object)."""
         if not self.has_duplicates:
             return tensors
-        return [tensors[i] for i in self.graph_input_tensors]
+        return [tensors[i] for i in self.distinct_tensors]
 
-    def rebuild_call(self, graph_inputs: list[Any]) -> tuple[tuple, dict]:
-        """Rebuild ``(args, kwargs)`` for the user function from graph inputs and constants."""
+    def rebuild_call(self, distinct_inputs: list[Any]) -> tuple[tuple, dict]:
+        """Rebuild ``(args, kwargs)`` for the user function from distinct inputs and constants."""
         leaves: list[Any] = [None] * self.num_leaves
-        for pos, g in zip(self.tensor_positions, self.graph_input_of_tensor):
-            leaves[pos] = graph_inputs[g]
+        for pos, g in zip(self.tensor_positions, self.distinct_of_tensor):
+            leaves[pos] = distinct_inputs[g]
         for pos, value in self.constants:
             leaves[pos] = value
         return pytree.tree_unflatten(leaves, self.in_spec)
@@ -117,14 +124,14 @@ def layout_for(leaves: list[Any], spec: pytree.TreeSpec) -> InputLayout:
                 "tuples, lists and dicts."
             )
     first_by_id: dict[int, int] = {}
-    graph_input_of_tensor = []
-    graph_input_tensors = []
+    distinct_of_tensor = []
+    distinct_tensors = []
     for k, pos in enumerate(tensor_positions):
         ident = id(leaves[pos])
         if ident not in first_by_id:
-            first_by_id[ident] = len(graph_input_tensors)
-            graph_input_tensors.append(k)
-        graph_input_of_tensor.append(first_by_id[ident])
+            first_by_id[ident] = len(distinct_tensors)
+            distinct_tensors.append(k)
+        distinct_of_tensor.append(first_by_id[ident])
     flat_spec = pytree.tree_flatten((tuple(leaves), {}))[1]
     is_flat = not constants and spec == flat_spec
     return InputLayout(
@@ -132,8 +139,8 @@ def layout_for(leaves: list[Any], spec: pytree.TreeSpec) -> InputLayout:
         num_leaves=len(leaves),
         tensor_positions=tuple(tensor_positions),
         constants=tuple(constants),
-        graph_input_of_tensor=tuple(graph_input_of_tensor),
-        graph_input_tensors=tuple(graph_input_tensors),
+        distinct_of_tensor=tuple(distinct_of_tensor),
+        distinct_tensors=tuple(distinct_tensors),
         is_flat=is_flat,
     )
 
@@ -155,8 +162,9 @@ class EntryGuard:
         tensors: list[torch.Tensor],
         grad_enabled: bool,
         check_storage: bool,
-        leafness: Optional[dict[int, bool]] = None,
+        leafness: Optional[dict[int, tuple[bool, bool]]] = None,
         mutated_leaves: Optional[tuple[int, ...]] = None,
+        aliasing_check: Optional[Callable[[list[torch.Tensor]], bool]] = None,
     ) -> None:
         self.layout = layout
         self.grad_enabled = grad_enabled
@@ -167,9 +175,9 @@ class EntryGuard:
         )
         self._constant_keys = tuple((pos, _constant_key(v)) for pos, v in layout.constants)
         self._duplicate_pairs = tuple(
-            (layout.graph_input_tensors[g], k)
-            for k, g in enumerate(layout.graph_input_of_tensor)
-            if layout.graph_input_tensors[g] != k
+            (layout.distinct_tensors[g], k)
+            for k, g in enumerate(layout.distinct_of_tensor)
+            if layout.distinct_tensors[g] != k
         )
         self._storage_groups = storage_groups(tensors) if check_storage else None
         # Tensor leaves whose data the entry mutates. When each of them was unaliased at
@@ -184,6 +192,8 @@ class EntryGuard:
         # Mutated inputs: eager rejects an in-place op on a leaf that requires grad, so
         # leafness decides between a working entry and the eager error.
         self._leafness = tuple((leafness or {}).items())
+        # Synthetic bases depend on where the merged inputs sit in their storage.
+        self._aliasing_check = aliasing_check
 
         self.check_flat = self._build_flat_check() if layout.is_flat else None
 
@@ -210,12 +220,15 @@ class EntryGuard:
 
     @property
     def _has_relations(self) -> bool:
-        return bool(self._leafness or self._duplicate_pairs or self._storage_groups is not None)
+        return bool(
+            self._leafness or self._duplicate_pairs or self._storage_groups is not None
+            or self._aliasing_check is not None
+        )
 
     def _check_relations(self, tensors: Any) -> bool:
         """Leafness of mutated inputs, identity of deduplicated inputs, storage sharing."""
-        for k, is_leaf in self._leafness:
-            if tensors[k].is_leaf is not is_leaf:
+        for k, state in self._leafness:
+            if leaf_state(tensors[k]) != state:
                 return False
         for a, b in self._duplicate_pairs:
             if tensors[a] is not tensors[b]:
@@ -226,6 +239,8 @@ class EntryGuard:
             )
             if not exclusive and storage_groups(tensors) != self._storage_groups:
                 return False
+        if self._aliasing_check is not None:
+            return self._aliasing_check(self.layout.distinct_inputs_of(tensors))
         return True
 
     def check_leaves(self, leaves: list[Any], spec: pytree.TreeSpec) -> bool:

@@ -58,6 +58,8 @@ class InputInfo:
     mutation_visible_to_autograd: bool
     requires_grad: bool
     is_leaf: bool
+    #: (size, stride, storage_offset) after the call, when the metadata is mutated
+    new_view: Optional[tuple[tuple[int, ...], tuple[int, ...], int]] = None
 
     @property
     def mutated(self) -> bool:

@@ -7,6 +7,7 @@ only sequences them and keeps what a user may want to look at in :class:`Compile
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -17,9 +18,11 @@ import torch.fx
 import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from .aliasing import InputAliasing, plan_input_aliasing
 from .analysis import Analysis, analyze
-from .frontend import EntryGuard, InputLayout, layout_for
-from .metadata import ViewAndMutationMetadata
+from .frontend import EntryGuard, InputLayout, layout_for, leaf_state
+from .errors import AotgradCompileError
+from .metadata import OutputType, ViewAndMutationMetadata
 from .runtime import BackwardSpec, CompiledRuntime, build_runtime
 from .tracing import trace_inference, trace_joint
 
@@ -61,27 +64,30 @@ class CompiledEntry:
     #: the graphs handed to the compilers: "forward"/"backward", or "inference"
     graphs: dict[str, torch.fx.GraphModule] = field(default_factory=dict)
     joint_graph: Optional[torch.fx.GraphModule] = None
+    #: which call inputs were merged into synthetic bases (None: graph inputs = call inputs)
+    input_aliasing: Optional[InputAliasing] = None
     compile_seconds: float = 0.0
 
     def __call__(self, leaves: list[Any]) -> Any:
         tensors = self.layout.tensors_of(leaves)
-        return self.runtime.run(self.layout.graph_inputs_of(tensors))
+        return self.runtime.run(self.layout.distinct_inputs_of(tensors))
 
     @property
     def run_flat(self) -> Callable[[tuple], Any]:
         """Run on a positional-only call's args (valid when ``guard.check_flat`` passes)."""
         if not self.layout.has_duplicates:
             return self.runtime.run
-        pick = self.layout.graph_input_tensors
+        pick = self.layout.distinct_tensors
         run = self.runtime.run
         return lambda args: run([args[i] for i in pick])
 
     def __repr__(self) -> str:
         kind = "training" if self.training else "inference"
         return (
-            f"CompiledEntry({kind}, graph_inputs={self.layout.num_graph_inputs}, "
+            f"CompiledEntry({kind}, graph_inputs={self.layout.num_distinct}, "
             f"mutated_inputs={list(self.metadata.mutated_input_indices)}, "
             f"aliased_outputs={list(self.metadata.aliased_output_indices)}, "
+            f"synthetic_bases={0 if self.input_aliasing is None else len(self.input_aliasing.bases)}, "
             f"compile_seconds={self.compile_seconds:.3f})"
         )
 
@@ -117,13 +123,26 @@ def compile_entry(fn: Callable, leaves: list[Any], spec: pytree.TreeSpec, config
         )
     layout = layout_for(leaves, spec)
     tensors = layout.tensors_of(leaves)
-    graph_inputs = layout.graph_inputs_of(tensors)
+    call_inputs = layout.distinct_inputs_of(tensors)
     grad_enabled = torch.is_grad_enabled()
 
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
-    fake_inputs = [fake_mode.from_tensor(t) for t in graph_inputs]
+    fake_call = [fake_mode.from_tensor(t) for t in call_inputs]
     program = _program(fn, layout)
-    analysis: Analysis = analyze(program, fake_inputs, fake_mode, grad_enabled=grad_enabled)
+    call_analysis: Analysis = analyze(program, fake_call, fake_mode, grad_enabled=grad_enabled)
+
+    _reject_inplace_on_leaves(call_inputs, call_analysis.metadata)
+    input_aliasing = plan_input_aliasing(call_inputs, fake_call, call_analysis.metadata)
+    if input_aliasing is None:
+        analysis, graph_inputs, fake_inputs = call_analysis, call_inputs, fake_call
+    else:
+        graph_inputs = input_aliasing.graph_inputs(call_inputs)
+        fake_inputs = [fake_mode.from_tensor(t) for t in graph_inputs]
+        templates = {i: fake_call[i] for b in input_aliasing.bases for i in b.members}
+        program = input_aliasing.wrap_program(program, templates)
+        base_analysis = analyze(program, fake_inputs, fake_mode, grad_enabled=grad_enabled)
+        analysis = _aliases_of_call_inputs(base_analysis, call_analysis)
+        log.debug("aotgrad: %r", input_aliasing)
     md = analysis.metadata
     training = grad_enabled and any(t.requires_grad for t in graph_inputs)
     decomps = config.trace_decompositions
@@ -159,7 +178,9 @@ def compile_entry(fn: Callable, leaves: list[Any], spec: pytree.TreeSpec, config
             tangent_meta=tuple(avals[p] for p in joint.tangent_positions),
             saved_inputs_to_clone=to_clone,
         )
-        runtime = build_runtime(md, analysis.out_spec, _direct(fw_callable), backward)
+        runtime = build_runtime(
+            md, analysis.out_spec, _direct(fw_callable), backward, **_aliasing_runtime(input_aliasing, call_analysis)
+        )
     else:
         keep = config.keep_inference_input_mutations
         gm = trace_inference(
@@ -173,24 +194,81 @@ def compile_entry(fn: Callable, leaves: list[Any], spec: pytree.TreeSpec, config
         kept = frozenset(
             i for i in md.mutated_input_indices if keep and not md.input_info[i].mutates_metadata
         )
-        runtime = build_runtime(md, analysis.out_spec, _direct(fw_callable), None, kept)
+        runtime = build_runtime(
+            md, analysis.out_spec, _direct(fw_callable), None, kept, **_aliasing_runtime(input_aliasing, call_analysis)
+        )
 
+    # The guard speaks of the caller's inputs: the analysis with inputs taken one by one.
+    call_md = call_analysis.metadata
     guard = EntryGuard(
         layout,
         tensors,
         grad_enabled,
-        check_storage=bool(md.data_mutated_input_indices),
+        check_storage=bool(call_md.data_mutated_input_indices),
         leafness={
-            layout.graph_input_tensors[i]: md.input_info[i].is_leaf for i in md.mutated_input_indices
+            layout.distinct_tensors[i]: leaf_state(call_inputs[i]) for i in call_md.mutated_input_indices
         },
         mutated_leaves=tuple(
-            k for k, g in enumerate(layout.graph_input_of_tensor) if g in set(md.data_mutated_input_indices)
+            k for k, g in enumerate(layout.distinct_of_tensor) if g in set(call_md.data_mutated_input_indices)
         ),
+        aliasing_check=None if input_aliasing is None else input_aliasing.matches,
     )
-    entry = CompiledEntry(guard, layout, md, runtime, training, graphs, joint_gm)
+    entry = CompiledEntry(guard, layout, md, runtime, training, graphs, joint_gm, input_aliasing)
     entry.compile_seconds = time.perf_counter() - start
     log.info("aotgrad: compiled %r", entry)
     return entry
+
+
+def _reject_inplace_on_leaves(call_inputs: list[torch.Tensor], md: ViewAndMutationMetadata) -> None:
+    """Raise eager's error for an in-place op, seen by autograd, on a leaf that requires grad
+    or on a view of one (analysis on fake inputs cannot always see that the input is a view)."""
+    for i in md.data_mutated_input_indices:
+        if not md.input_info[i].mutation_visible_to_autograd:
+            continue
+        t = call_inputs[i]
+        if t.is_leaf and t.requires_grad:
+            raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
+        if t._base is not None and t._base.is_leaf and t._base.requires_grad:
+            raise RuntimeError(
+                "a view of a leaf Variable that requires grad is being used in an in-place operation."
+            )
+
+
+def _aliases_of_call_inputs(base_analysis: Analysis, call_analysis: Analysis) -> Analysis:
+    """The analysis over synthetic bases, with outputs that alias inputs re-pointed at the
+    caller's own inputs (so they are rebuilt off the real input, ``._base`` as in eager).
+
+    requires_grad stays from the analysis over bases: a mutation of one alias can make its
+    siblings require grad, which only that run sees.
+    """
+    md = base_analysis.metadata
+    input_kinds = (OutputType.is_input, OutputType.alias_of_input)
+    outputs = []
+    for o_base, o_call in zip(md.output_info, call_analysis.metadata.output_info):
+        if o_base.output_type in input_kinds:
+            if o_call.output_type not in input_kinds:
+                raise AotgradCompileError(
+                    "aotgrad internal error: an output aliases a synthetic base but not an input"
+                )
+            o_base = dataclasses.replace(o_call, requires_grad=o_base.requires_grad)
+        outputs.append(o_base)
+    merged = dataclasses.replace(md, output_info=tuple(outputs))
+    return dataclasses.replace(base_analysis, metadata=merged)
+
+
+def _aliasing_runtime(input_aliasing: Optional[InputAliasing], call_analysis: Analysis) -> dict:
+    """Runtime arguments for synthetic bases: how to build graph inputs, and the metadata
+    mutations of merged inputs (static: sizes do not depend on values)."""
+    if input_aliasing is None:
+        return {}
+    merged = [i for b in input_aliasing.bases for i in b.members]
+    info = call_analysis.metadata.input_info
+    return {
+        "graph_inputs_of": input_aliasing.graph_inputs,
+        "member_metadata_writebacks": tuple(
+            (i, info[i].new_view) for i in merged if info[i].mutates_metadata
+        ),
+    }
 
 
 def _direct(compiled: Callable) -> Callable:

@@ -71,7 +71,7 @@ class OutputBuilder:
     """Turns the forward outputs into the user's output pytree.
 
     ``plan`` holds one ``(kind, index, info)`` per user output, with kind one of ``"out"``
-    (a forward output position), ``"input"`` (the real graph input), ``"alias_input"``,
+    (a forward output position), ``"input"`` (the caller's input), ``"alias_input"``,
     ``"alias_fw"`` (regenerate off a forward output), ``"alias_user"`` (off an earlier user
     output), ``"same"`` (the object of an earlier user output), ``"const"``.
     """
@@ -113,7 +113,8 @@ class OutputBuilder:
         else:
             self.pack = lambda r: pytree.tree_unflatten(r, out_spec)
 
-    def __call__(self, fw_outs: Any, graph_inputs: Any) -> Any:
+    def __call__(self, fw_outs: Any, call_inputs: Any) -> Any:
+        """The user outputs; ``input``/``alias_input`` index the caller's distinct inputs."""
         if self.is_slice:
             return self.pack(fw_outs[self.first_user : self.first_user + self.num_user_tensors])
         result: list[Any] = [None] * len(self.plan)
@@ -122,13 +123,13 @@ class OutputBuilder:
             if kind == "out":
                 result[j] = fw_outs[idx]
             elif kind == "input":
-                result[j] = graph_inputs[idx]
+                result[j] = call_inputs[idx]
             elif kind == "const":
                 result[j] = info
         for j in self.alias_order:
             kind, idx, info = self.plan[j]
             if kind == "alias_input":
-                result[j] = regenerate_alias(graph_inputs[idx], info)
+                result[j] = regenerate_alias(call_inputs[idx], info)
             elif kind == "alias_fw":
                 result[j] = regenerate_alias(_unwrap(fw_outs[idx]), info)
             elif kind == "alias_user":
@@ -259,8 +260,15 @@ class CompiledRuntime:
         fw_callable: Callable,
         backward: Optional[BackwardSpec],
         kept_mutations: frozenset[int] = frozenset(),
+        graph_inputs_of: Optional[Callable[[Any], list]] = None,
+        member_metadata_writebacks: tuple[tuple[int, tuple], ...] = (),
     ) -> None:
         self.metadata = metadata
+        #: call inputs → graph inputs (synthetic bases); None when they are the same
+        self.graph_inputs_of = graph_inputs_of
+        #: (call-input index, (size, stride, storage_offset)) of merged inputs whose
+        #: metadata the program changes; applied to the caller's tensor after the call
+        self.member_metadata_writebacks = member_metadata_writebacks
         self.training = backward is not None
         self.writebacks = _writebacks(metadata, kept_mutations)
         nm = len(self.writebacks)
@@ -289,11 +297,26 @@ class CompiledRuntime:
         self.run: Callable[[Any], Any] = self._build_run()
 
     def _build_run(self) -> Callable[[Any], Any]:
-        """``run(graph_inputs) -> user outputs``, specialised to what this entry needs: the
+        """``run(call_inputs) -> user outputs``, specialised to what this entry needs: the
         common entry (no mutation, outputs a slice of the forward's) is two calls."""
         forward = self._apply if self.training else self._fw
         writebacks = self.writebacks
         outputs = self.outputs
+        graph_inputs_of = self.graph_inputs_of
+        member_metadata = self.member_metadata_writebacks
+        if graph_inputs_of is not None:
+
+            def run_with_bases(call_inputs: Any) -> Any:
+                graph_inputs = graph_inputs_of(call_inputs)
+                fw_outs = forward(*graph_inputs)
+                apply_writebacks(writebacks, fw_outs, graph_inputs)
+                for i, (size, stride, offset) in member_metadata:
+                    real = call_inputs[i]
+                    with torch.set_grad_enabled(torch.is_grad_enabled() and real.requires_grad):
+                        real.as_strided_(size, stride, offset)
+                return outputs(fw_outs, call_inputs)
+
+            return run_with_bases
         if not writebacks and outputs.is_slice:
             lo, hi = outputs.first_user, outputs.first_user + outputs.num_user_tensors
             pack = outputs.pack
@@ -321,6 +344,11 @@ def build_runtime(
     fw_callable: Callable,
     backward: Optional[BackwardSpec] = None,
     kept_mutations: frozenset[int] = frozenset(),
+    graph_inputs_of: Optional[Callable[[Any], list]] = None,
+    member_metadata_writebacks: tuple[tuple[int, tuple], ...] = (),
 ) -> CompiledRuntime:
     """Make the runtime for one compiled entry (see :class:`CompiledRuntime`)."""
-    return CompiledRuntime(metadata, out_spec, fw_callable, backward, kept_mutations)
+    return CompiledRuntime(
+        metadata, out_spec, fw_callable, backward, kept_mutations, graph_inputs_of,
+        member_metadata_writebacks,
+    )

@@ -1,0 +1,202 @@
+"""Aliased inputs: merge inputs that share storage, where one is mutated, into synthetic bases.
+
+Inside a traced graph, functionalization cannot see that a mutation of one input changes
+another input that shares its storage. So, for each *disjoint set of bases* (inputs whose
+storages are the same, transitively) in which some member's data is mutated, the graph
+receives one **synthetic base** instead of the members, and the traced function regenerates
+every member as a view of it; a mutation of a member is then a mutation of the base, which
+the runtime writes back into the caller's real base, so every alias the caller holds sees it.
+
+Where this is built and taken apart:
+- :func:`plan_input_aliasing` (compile time) decides the sets and how each base is made;
+- :meth:`InputAliasing.wrap_program` regenerates the members inside the traced function;
+- :meth:`InputAliasing.graph_inputs` (every call) builds the bases from the caller's tensors;
+- :meth:`InputAliasing.matches` (the guard) checks a call has the same aliasing layout.
+Aliased inputs that are not mutated need none of this and keep one graph input each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+
+from .errors import AotgradCompileError
+from .metadata import ViewAndMutationMetadata
+
+__all__ = ["SyntheticBase", "InputAliasing", "plan_input_aliasing"]
+
+Strided = tuple[tuple[int, ...], tuple[int, ...], int]  # size, stride, storage_offset
+
+
+def _strided(t: torch.Tensor) -> Strided:
+    return (tuple(t.shape), tuple(t.stride()), t.storage_offset())
+
+
+@dataclass(frozen=True)
+class SyntheticBase:
+    """One synthetic base standing for several aliased call inputs.
+
+    ``members``: call-input indices merged into this base. ``common_base``: the base is the
+    members' common ``._base`` (or the member that is that base); otherwise it is a 1-D
+    ``as_strided`` view over the whole storage taken from member ``source_member``.
+    ``member_views``: each member's (size, stride, storage_offset), used to regenerate it.
+    ``replay``: per member, whether the caller's view chain can be replayed
+    (``Tensor._view_func``) on the base instead of ``as_strided``.
+    """
+
+    members: tuple[int, ...]
+    common_base: bool
+    source_member: int
+    base_view: Strided
+    member_views: tuple[Strided, ...]
+    replay: tuple[bool, ...]
+
+    def make(self, call_inputs: list[torch.Tensor]) -> torch.Tensor:
+        """The base for this call (the caller's real tensors)."""
+        src = call_inputs[self.source_member]
+        if self.common_base:
+            return src if src._base is None else src._base
+        size, stride, offset = self.base_view
+        return src.as_strided(size, stride, offset)
+
+    def __repr__(self) -> str:
+        how = "common ._base" if self.common_base else f"as_strided over the storage of input {self.source_member}"
+        return f"SyntheticBase(members={list(self.members)}, base={how}, shape={self.base_view[0]})"
+
+
+@dataclass(frozen=True)
+class InputAliasing:
+    """How call inputs map to graph inputs when some are merged into synthetic bases.
+
+    Graph inputs are ``[call_inputs[i] for i in unmerged] + [base.make(...) for base in
+    bases]``. ``member_templates[i]`` is a (fake) tensor per merged call input whose
+    ``_view_func`` replays its view chain.
+    """
+
+    num_call_inputs: int
+    unmerged: tuple[int, ...]
+    bases: tuple[SyntheticBase, ...]
+
+    def graph_inputs(self, call_inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        return [call_inputs[i] for i in self.unmerged] + [b.make(call_inputs) for b in self.bases]
+
+    def matches(self, call_inputs: list[torch.Tensor]) -> bool:
+        """True when the call's merged inputs sit in their storage as at compile time."""
+        for b in self.bases:
+            src = call_inputs[b.source_member]
+            root = src if src._base is None else src._base
+            for m, view in zip(b.members, b.member_views):
+                t = call_inputs[m]
+                if t.storage_offset() != view[2]:
+                    return False
+                if b.common_base and t is not root and t._base is not root:
+                    return False
+            if b.common_base and _strided(root) != b.base_view:
+                return False
+        return True
+
+    def wrap_program(self, program: Callable, templates: dict[int, torch.Tensor]) -> Callable:
+        """``program`` over the graph inputs: regenerate each merged member from its base."""
+        unmerged = self.unmerged
+        bases = self.bases
+        n = self.num_call_inputs
+
+        def program_over_bases(*graph_inputs: Any):
+            call_inputs: list[Any] = [None] * n
+            for k, i in enumerate(unmerged):
+                call_inputs[i] = graph_inputs[k]
+            for b, base in zip(bases, graph_inputs[len(unmerged):]):
+                for m, view, replay in zip(b.members, b.member_views, b.replay):
+                    if replay:
+                        call_inputs[m] = templates[m]._view_func_unsafe(base)
+                    elif b.common_base and view == b.base_view and templates[m]._base is None:
+                        call_inputs[m] = base
+                    else:
+                        call_inputs[m] = base.as_strided(*view)
+            return program(*call_inputs)
+
+        return program_over_bases
+
+    def __repr__(self) -> str:
+        lines = ["InputAliasing("]
+        lines.append(f"  graph inputs: call inputs {list(self.unmerged)} unchanged, then {len(self.bases)} synthetic base(s)")
+        for k, b in enumerate(self.bases):
+            lines.append(f"  synthetic base {k} (graph input {len(self.unmerged) + k}): {b!r}")
+        lines.append(")")
+        return "\n".join(lines)
+
+
+def _disjoint_sets(tensors: list[torch.Tensor]) -> list[list[int]]:
+    """Indices grouped by shared storage (the same storage object means overlap is possible)."""
+    groups: dict[int, list[int]] = {}
+    for i, t in enumerate(tensors):
+        groups.setdefault(t.untyped_storage()._cdata, []).append(i)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def _replayable(template: torch.Tensor, base: torch.Tensor, view: Strided) -> bool:
+    if template._base is None or template._base is not base:
+        return False
+    try:
+        out = template._view_func_unsafe(base)
+    except Exception:  # noqa: BLE001 - any failure means: use as_strided
+        return False
+    return _strided(out) == view and out.dtype == template.dtype
+
+
+def plan_input_aliasing(
+    call_inputs: list[torch.Tensor],
+    fake_inputs: list[torch.Tensor],
+    metadata: ViewAndMutationMetadata,
+) -> Optional[InputAliasing]:
+    """Decide the synthetic bases for a call, or None when no aliased input is mutated.
+
+    ``fake_inputs`` are the fake versions of ``call_inputs`` (same aliasing); ``metadata`` is
+    the analysis of the program with the inputs taken as separate tensors (its mutation flags
+    are right; its values are not, which is why the program is re-analysed over the bases).
+    """
+    bases: list[SyntheticBase] = []
+    merged: set[int] = set()
+    for group in _disjoint_sets(call_inputs):
+        if not any(metadata.input_info[i].mutates_data for i in group):
+            continue  # nothing written: aliasing cannot be observed inside the graph
+        if len({call_inputs[i].dtype for i in group}) != 1:
+            raise AotgradCompileError(
+                f"aotgrad: inputs {group} share storage with different dtypes and one is "
+                "mutated; this is not supported. Pass them as separate tensors."
+            )
+        roots = {id(call_inputs[i] if call_inputs[i]._base is None else call_inputs[i]._base) for i in group}
+        common = len(roots) == 1
+        if common:
+            source = group[0]
+            real_root = call_inputs[source] if call_inputs[source]._base is None else call_inputs[source]._base
+            fake_src = fake_inputs[source]
+            fake_root = fake_src if fake_src._base is None else fake_src._base
+            base_view = _strided(real_root)
+        else:
+            needing_grad = [i for i in group if call_inputs[i].requires_grad]
+            if len({id(call_inputs[i].grad_fn) for i in needing_grad}) > 1 or (
+                needing_grad and any(call_inputs[i]._base is None for i in needing_grad) and len(needing_grad) > 1
+            ):
+                raise AotgradCompileError(
+                    f"aotgrad: inputs {group} share storage, one is mutated, several require "
+                    "grad, and they have no common ._base; this is not supported. Pass views "
+                    "of one base instead."
+                )
+            source = needing_grad[0] if needing_grad else group[0]
+            t = call_inputs[source]
+            numel = t.untyped_storage().nbytes() // t.element_size()
+            base_view = ((numel,), (1,), 0)
+            fake_root = None
+        views = tuple(_strided(call_inputs[i]) for i in group)
+        replay = tuple(
+            common and _replayable(fake_inputs[i], fake_root, v) for i, v in zip(group, views)
+        )
+        bases.append(SyntheticBase(tuple(group), common, source, base_view, views, replay))
+        merged.update(group)
+    if not bases:
+        return None
+    unmerged = tuple(i for i in range(len(call_inputs)) if i not in merged)
+    return InputAliasing(len(call_inputs), unmerged, tuple(bases))
