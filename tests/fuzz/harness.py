@@ -560,6 +560,30 @@ def _fix_empty_blocks(lines: list[str]) -> list[str]:
     return out
 
 
+def _drop_arg(case: Case, k: int) -> Case | None:
+    """``case`` without its ``k``-th argument (a non-tensor, or a tensor nothing refers to)."""
+    args = case.inputs["args"]
+    if any(a["kind"] == "same" and a["arg"] == k for a in args):
+        return None
+    lines = case.source.split("\n")
+    m = re.match(r"def f\((.*)\):$", lines[0])
+    if not m:
+        return None
+    params = [p.strip() for p in m.group(1).split(",") if p.strip()]
+    if len(params) != len(args) or len(params) == 1:
+        return None
+    del params[k]
+    lines[0] = f"def f({', '.join(params)}):"
+    new_args = []
+    for i, a in enumerate(args):
+        if i == k:
+            continue
+        if a["kind"] == "same":
+            a = dict(a, arg=a["arg"] - (a["arg"] > k))
+        new_args.append(a)
+    return dataclasses.replace(case, source="\n".join(lines), inputs={**case.inputs, "args": new_args})
+
+
 def minimize(case: Case, impl: Impl | None = None, max_runs: int = 400) -> Case:
     """Greedy reduction of a failing case that keeps the failure's :attr:`Result.signature`."""
     impl = impl or default_impl()
@@ -592,15 +616,24 @@ def minimize(case: Case, impl: Impl | None = None, max_runs: int = 400) -> Case:
             if still_fails(c):
                 case, changed = c, True
         # fewer statements
-        lines = case.source.rstrip("\n").split("\n")
-        for start, end in sorted(_body_blocks(lines), key=lambda b: -b[0]):
+        limit = None
+        tried: set[str] = set()
+        while True:
+            # Blocks are recomputed after every accepted removal (their extents change).
             lines = case.source.rstrip("\n").split("\n")
-            if end > len(lines):
-                continue
-            new = _fix_empty_blocks(lines[:start] + lines[end:])
-            c = dataclasses.replace(case, source="\n".join(new) + "\n")
-            if still_fails(c):
-                case, changed = c, True
+            blocks = [b for b in _body_blocks(lines) if limit is None or b[0] <= limit]
+            for start, end in sorted(blocks, key=lambda b: -b[0]):
+                new = _fix_empty_blocks(lines[:start] + lines[end:])
+                src = "\n".join(new) + "\n"
+                if src in tried:
+                    continue
+                tried.add(src)
+                c = dataclasses.replace(case, source=src)
+                if still_fails(c):
+                    case, changed, limit = c, True, start
+                    break
+            else:
+                break
         # fewer returned values
         lines = case.source.rstrip("\n").split("\n")
         ret = lines[-1]
@@ -616,6 +649,19 @@ def minimize(case: Case, impl: Impl | None = None, max_runs: int = 400) -> Case:
                 c = dataclasses.replace(case, source="\n".join(lines[:-1] + [new_ret]) + "\n")
                 if still_fails(c):
                     case, changed, items = c, True, rest
+        # drop non-tensor parameters and bases no argument uses
+        for k in range(len(case.inputs["args"]) - 1, -1, -1):
+            c = _drop_arg(case, k)
+            if c is not None and still_fails(c):
+                case, changed = c, True
+        used = {a["base"] for a in case.inputs["args"] if a["kind"] == "tensor"}
+        if len(used) < len(case.inputs["bases"]):
+            remap = {old: new for new, old in enumerate(sorted(used))}
+            args = [dict(a, base=remap[a["base"]]) if a["kind"] == "tensor" else a for a in case.inputs["args"]]
+            bases = [b for i, b in enumerate(case.inputs["bases"]) if i in used]
+            c = dataclasses.replace(case, inputs={"bases": bases, "args": args})
+            if still_fails(c):
+                case, changed = c, True
         # simpler inputs
         for k, a in enumerate(case.inputs["args"]):
             if a["kind"] == "tensor" and a["expr"] != "x":
