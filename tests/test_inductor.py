@@ -12,19 +12,12 @@ import copy
 import pytest
 import torch
 
+from aotgrad import aot_function
 from aotgrad.compilers import InductorCompiler, inductor, inductor_bw, inductor_inference
 
 
-def _aot_function():
-    try:
-        from aotgrad import aot_function
-    except (ImportError, AttributeError):
-        pytest.skip("aotgrad.aot_function is not available yet")
-    return aot_function
-
-
 def _compile(fn, **kwargs):
-    aot_function = _aot_function()
+    """aotgrad.aot_function with Inductor; tracing picks up ``inductor.decompositions``."""
     kwargs.setdefault("inference_compiler", inductor_inference)
     return aot_function(fn, inductor, **kwargs)
 
