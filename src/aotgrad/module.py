@@ -67,6 +67,20 @@ class _StateLayout:
     key: tuple
 
 
+def _preorder(root: nn.Module) -> list[nn.Module]:
+    """``named_modules(remove_duplicate=False)``'s order, without building name strings
+    (this runs on every call; the names are only needed on a cache miss)."""
+    out: list[nn.Module] = []
+    stack = [root]
+    while stack:
+        m = stack.pop()
+        out.append(m)
+        children = [c for c in m._modules.values() if c is not None]
+        children.reverse()
+        stack.extend(children)
+    return out
+
+
 def _snapshot(root: nn.Module) -> tuple[tuple, list[torch.Tensor]]:
     """Walk ``root`` once: return (cache key, distinct state tensors in slot order).
 
@@ -80,7 +94,7 @@ def _snapshot(root: nn.Module) -> tuple[tuple, list[torch.Tensor]]:
     buffers: list[torch.Tensor] = []
     param_locs: list[tuple[int, str]] = []
     buffer_locs: list[tuple[int, str]] = []
-    for i, (_, m) in enumerate(root.named_modules(remove_duplicate=False)):
+    for i, m in enumerate(_preorder(root)):
         module_key.append((id(m), m.training))
         for attr, t in m._parameters.items():
             if t is None:
@@ -104,6 +118,8 @@ def _layout(root: nn.Module, key: tuple) -> _StateLayout:
     """Build the full layout for a snapshot key (on a cache miss only)."""
     named = list(root.named_modules(remove_duplicate=False))
     module_key, param_locs, buffer_locs = key
+    # _snapshot walked the tree with _preorder; the two orders must agree.
+    assert [id(m) for _, m in named] == [i for i, _ in module_key]
     num_params = 1 + max((s for _, _, s in param_locs), default=-1)
     num_buffers = 1 + max((s for _, _, s in buffer_locs), default=-1)
     slots: list[list[_Location]] = [[] for _ in range(num_params + num_buffers)]
