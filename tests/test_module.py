@@ -449,3 +449,30 @@ def test_batchnorm_cumulative_average_is_rejected_at_its_source_line():
     text = str(info.value) + "\n".join(getattr(info.value, "__notes__", []))
     assert bn_src.__file__ in text and "num_batches_tracked" in text, text
     _assert_untouched(m, snap)
+
+
+def test_shared_submodule_frozen_params_and_dict_output():
+    class Shared(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block = nn.Linear(3, 3)
+            self.again = self.block  # the same submodule under two names
+            self.frozen = nn.Linear(3, 3).requires_grad_(False)
+
+        def forward(self, x):
+            h = self.again(self.block(x))
+            return {"out": self.frozen(h), "hidden": h}
+
+    torch.manual_seed(0)
+    m = Shared()
+    ref = copy.deepcopy(m)
+    cm = aot_module(m, nop)
+    x = torch.randn(2, 3)
+    out, out_r = cm(x), ref(x)
+    assert isinstance(out, dict) and set(out) == {"out", "hidden"}
+    _close(out["out"], out_r["out"])
+    (out["out"].sum() + out["hidden"].sum()).backward()
+    (out_r["out"].sum() + out_r["hidden"].sum()).backward()
+    _close(m.block.weight.grad, ref.block.weight.grad)
+    assert m.frozen.weight.grad is None and out["out"].grad_fn is not None
+    assert list(cm.state_dict()) == list(ref.state_dict())
