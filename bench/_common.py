@@ -82,9 +82,10 @@ def time_per_call(fn: Callable[[], Any], *, number: int, repeat: int, warmup: in
 
 
 def time_interleaved(fns: dict[str, Optional[Callable[[], Any]]], *, number: int, repeat: int,
-                     warmup: int = 3) -> dict[str, Optional[float]]:
+                     warmup: int = 3, runs_out: Optional[dict] = None) -> dict[str, Optional[float]]:
     """Like :func:`time_per_call` for several callables, their repeats interleaved so that
-    machine noise hits all of them alike. ``None`` entries come back as ``None``."""
+    machine noise hits all of them alike. ``None`` entries come back as ``None``.
+    ``runs_out``, when given, receives every repeat's per-call time."""
     live = {k: f for k, f in fns.items() if f is not None}
     for f in live.values():
         for _ in range(warmup):
@@ -96,6 +97,8 @@ def time_interleaved(fns: dict[str, Optional[Callable[[], Any]]], *, number: int
             for _ in range(number):
                 f()
             runs[k].append((time.perf_counter() - t0) / number)
+    if runs_out is not None:
+        runs_out.update(runs)
     return {k: (statistics.median(runs[k]) if k in live else None) for k in fns}
 
 

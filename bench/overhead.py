@@ -12,8 +12,9 @@ runs under ``no_grad``), times per call, in microseconds:
           value + (training) one plain ``autograd.Function`` around the graphs, whose
           backward accumulates the ``.grad`` of every input
 
-and the ratio ours/torch, and each wrapper's own cost above the floor (ours-floor,
-torch-floor). Training rows are reported twice: the forward call alone ("fw") and forward
+and the ratio ours/torch (of the medians; "(min)" is the same ratio of the fastest repeats,
+steadier when the machine is shared), and each wrapper's own cost above the floor
+(ours-floor, torch-floor; can come out slightly negative from noise). Training rows are reported twice: the forward call alone ("fw") and forward
 plus ``torch.autograd.backward`` of the first output ("fw+bw"). Tensors are tiny so that
 overhead, not arithmetic, dominates. ``graph`` and ``floor`` use our graphs (torch's when
 ours are unavailable; the column header says which).
@@ -202,12 +203,9 @@ def _graph_sides(rec: Recorder, setup: Setup, train: bool, train_bw: bool):
     mut_dsts = [torch.empty_like(o) for o in sample[: setup.n_mutated]]
     pairs = list(zip(mut_dsts, range(setup.n_mutated)))
 
-    if not train or not train_bw:
+    if not train:
         def graph_alone():
             return fw(*inputs)
-
-        if train:
-            return graph_alone, None
 
         def floor_inference():
             outs = fw(*inputs)
@@ -228,9 +226,13 @@ def _graph_sides(rec: Recorder, setup: Setup, train: bool, train_bw: bool):
     tangents = [_real_like(bw_ex[i]) for i in tangent_pos]
     first_saved = n_out - n_saved
 
-    def graph_alone():
-        outs = fw(*inputs)
-        return bw(*outs[first_saved:], *tangents)
+    if train_bw:
+        def graph_alone():
+            outs = fw(*inputs)
+            return bw(*outs[first_saved:], *tangents)
+    else:
+        def graph_alone():
+            return fw(*inputs)
 
     grads_sample = bw(*sample[first_saved:], *tangents)
     leaves = [
@@ -254,6 +256,9 @@ def _graph_sides(rec: Recorder, setup: Setup, train: bool, train_bw: bool):
 
     g = torch.ones_like(sample[user_out])
 
+    if not train_bw:
+        return graph_alone, (lambda: Floor.apply(*leaves))
+
     def floor():
         torch.autograd.backward(Floor.apply(*leaves), g)
 
@@ -268,6 +273,8 @@ class Row:
     us: dict = field(default_factory=dict)
     graph_source: str = ""
     errors: dict = field(default_factory=dict)
+    min_us: dict = field(default_factory=dict)  # the fastest repeat, per side
+    calls_per_repeat: int = 0
 
 
 def _compile_sides(setup: Setup, rec: Recorder):
@@ -346,10 +353,13 @@ def measure_case(key: str, train: bool, number_scale: float, repeat: int) -> lis
                 g_alone = floor = None
                 errors["graph"] = f"{type(e).__name__}: {e}"
             fns["graph"], fns["floor"] = g_alone, floor
-            secs = time_interleaved(fns, number=number, repeat=repeat)
+            runs: dict = {}
+            secs = time_interleaved(fns, number=number, repeat=repeat, runs_out=runs)
             row = Row(key, desc, f"{mode_name} {phase}".strip(), graph_source=graph_source,
                       errors=dict(errors))
             row.us = {k: (v * 1e6 if v is not None else None) for k, v in secs.items()}
+            row.min_us = {k: min(v) * 1e6 for k, v in runs.items()}
+            row.calls_per_repeat = number
             rows.append(row)
     return rows
 
@@ -402,7 +412,7 @@ def main():
     print(f"\nper-call time in µs (median of {args.repeat} repeats), "
           f"torch.set_num_threads({torch.get_num_threads()}); graph/floor from {src} graphs")
     headers = ["case", "mode", "eager", "ours", "torch", "graph", "floor", "ours/torch",
-               "ours-floor", "torch-floor"]
+               "(min)", "ours-floor", "torch-floor"]
     table = []
     for r in rows:
         u = r.us
@@ -411,6 +421,7 @@ def main():
             f"{r.case} {r.desc}", r.mode, fmt(u.get("eager")), fmt(u.get("ours")),
             fmt(u.get("torch")), fmt(u.get("graph")), fmt(floor),
             fmt(ratio(u.get("ours"), u.get("torch")), ".2f"),
+            fmt(ratio(r.min_us.get("ours"), r.min_us.get("torch")), ".2f"),
             fmt(None if u.get("ours") is None or floor is None else u["ours"] - floor),
             fmt(None if u.get("torch") is None or floor is None else u["torch"] - floor),
         ])

@@ -175,3 +175,21 @@ def test_compiler_directly_phase_detection_and_graph_left_alone():
     x = torch.randn(3)
     gm, fakes = _fake_graph(single, x)
     torch.testing.assert_close(copy.copy(inductor)(gm, fakes)(x), x.cos())
+
+
+@pytest.mark.slow
+def test_compiles_inside_a_foreign_tracing_context():
+    """Called while another trace's TracingContext is active (as inside a Dynamo backend),
+    Inductor must see our fake mode, not the enclosing one."""
+    from torch._guards import TracingContext, tracing
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    x = torch.randn(3, 4)
+    w = torch.randn(4, 5, requires_grad=True)
+    ref_w = w.detach().clone().requires_grad_()
+    with tracing(TracingContext(FakeTensorMode())):
+        out = _compile(lambda x, w: (x @ w).relu())(x, w)
+    out.sum().backward()
+    (x @ ref_w).relu().sum().backward()
+    torch.testing.assert_close(out, (x @ ref_w).relu())
+    torch.testing.assert_close(w.grad, ref_w.grad)

@@ -84,10 +84,10 @@ class InductorCompiler:
         import copy
 
         import torch
-        from torch._guards import TracingContext, detect_fake_mode, tracing
+        from torch._guards import TracingContext, tracing
         from torch._inductor import config as inductor_config
         from torch._inductor.compile_fx import compile_fx_inner
-        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
         tangent_idxs = [
             i
@@ -113,14 +113,20 @@ class InductorCompiler:
         ]
         gm.recompile()
 
-        fake_mode = detect_fake_mode(example_inputs)
+        fake_mode = next(
+            (x.fake_mode for x in example_inputs if isinstance(x, FakeTensor)), None
+        )
         if fake_mode is None:  # real example inputs: fakeify them in a fresh mode
             fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
             example_inputs = [
                 fake_mode.from_tensor(x) if isinstance(x, torch.Tensor) else x
                 for x in example_inputs
             ]
-        context = TracingContext.try_get() or TracingContext(fake_mode)
+        # Inductor reads the fake mode from the active TracingContext and insists that it is
+        # the inputs' mode; an enclosing context of another trace (Dynamo's) must not leak in.
+        context = TracingContext.try_get()
+        if context is None or context.fake_mode is not fake_mode:
+            context = TracingContext(fake_mode)
         with (
             tracing(context),
             inductor_config.patch(fx_graph_cache=True),
