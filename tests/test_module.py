@@ -476,3 +476,25 @@ def test_shared_submodule_frozen_params_and_dict_output():
     _close(m.block.weight.grad, ref.block.weight.grad)
     assert m.frozen.weight.grad is None and out["out"].grad_fn is not None
     assert list(cm.state_dict()) == list(ref.state_dict())
+
+
+def test_reassigning_one_name_of_a_shared_buffer_leaves_the_other():
+    class TwoNames(nn.Module):
+        def __init__(self):
+            super().__init__()
+            shared = torch.zeros(2)
+            self.register_buffer("a", shared)
+            self.register_buffer("b", shared)
+
+        def forward(self, x):
+            self.a = self.a + 1
+            return x + self.b
+
+    m, ref = TwoNames(), TwoNames()
+    cm = aot_module(m, nop)
+    x = torch.randn(2)
+    for _ in range(2):
+        _close(cm(x), ref(x))
+    _close(m.a, ref.a)
+    _close(m.b, ref.b)
+    assert torch.equal(m.b, torch.zeros(2))

@@ -92,8 +92,8 @@ def _snapshot(root: nn.Module) -> tuple[tuple, list[torch.Tensor]]:
     buffer_slot: dict[int, int] = {}
     params: list[torch.Tensor] = []
     buffers: list[torch.Tensor] = []
-    param_locs: list[tuple[int, str]] = []
-    buffer_locs: list[tuple[int, str]] = []
+    param_locs: list[tuple[int, str, int]] = []  # (module index, attribute, slot)
+    buffer_locs: list[tuple[int, str, int]] = []
     for i, m in enumerate(_preorder(root)):
         module_key.append((id(m), m.training))
         for attr, t in m._parameters.items():
@@ -136,6 +136,11 @@ def _layout(root: nn.Module, key: tuple) -> _StateLayout:
     )
 
 
+def _locations(layout: _StateLayout) -> list[_Location]:
+    """Every location of every slot, in slot order (only used when a buffer is reassigned)."""
+    return [loc for slot in layout.slots for loc in slot]
+
+
 def _qualname(layout: _StateLayout, loc: _Location) -> str:
     prefix = layout.names[loc[0]]
     return f"{prefix}.{loc[1]}" if prefix else loc[1]
@@ -147,7 +152,8 @@ def _swapped_state(layout: _StateLayout, values: Sequence[torch.Tensor]) -> Iter
 
     Writes go straight into ``_parameters`` / ``_buffers``: ``setattr`` would reject a
     plain (traced) tensor under a parameter's name. Yields a dict that, on exit of the
-    body, is filled with ``slot -> tensor`` for every buffer that ``forward`` reassigned;
+    body, is filled with ``location -> tensor`` for every buffer that ``forward`` reassigned
+    (locations numbered in slot order, as :func:`_locations` lists them);
     the real tensors are always restored, even when the body raises.
     """
     saved: list[tuple[dict, str, Any]] = []
@@ -159,8 +165,10 @@ def _swapped_state(layout: _StateLayout, values: Sequence[torch.Tensor]) -> Iter
                 saved.append((table, attr, table[attr]))
                 table[attr] = value
         yield reassigned
-        for s, (slot, value) in enumerate(zip(layout.slots, values)):
+        n = -1  # index of the location in slot order: a tied buffer may be reassigned at
+        for slot, value in zip(layout.slots, values):  # one of its names only, as in eager
             for i, attr, is_param in slot:
+                n += 1
                 m = layout.modules[i]
                 table = m._parameters if is_param else m._buffers
                 now = table.get(attr, None)
@@ -174,7 +182,7 @@ def _swapped_state(layout: _StateLayout, values: Sequence[torch.Tensor]) -> Iter
                         "tensor is supported. Update it in place instead (e.g. "
                         "`self.x.copy_(new)`)."
                     )
-                reassigned[s] = now
+                reassigned[n] = now
     finally:
         for table, attr, old in reversed(saved):
             table[attr] = old
@@ -318,10 +326,10 @@ class _CompiledForward:
             self._explain_call_error(e, args, kwargs)
             _note_user_line(e, _describe_forward(self.root))  # unchanged, plus the line
             raise
-        for s, value in reassigned.items():
+        for n, value in reassigned.items():
             # forward() did `self.buf = new_tensor`: do the same to the real module.
-            for i, attr, _ in layout.slots[s]:
-                layout.modules[i]._buffers[attr] = value
+            i, attr, _ = _locations(layout)[n]
+            layout.modules[i]._buffers[attr] = value
         return out
 
     def _explain_call_error(self, exc: Exception, args: tuple, kwargs: dict) -> None:
