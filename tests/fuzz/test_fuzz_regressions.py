@@ -313,3 +313,346 @@ def f(a, s):
     )
 
 
+@XFAIL('aotgrad returns a view (_base set)')
+def test_dtype_view_of_no_grad_views_of_input():
+    """view(torch.int32) of no_grad views of an input whose metadata was mutated; eager's output is not a view."""
+    check_case(
+        source='''
+def f(a):
+    with torch.no_grad():
+        t1, = a.split(1, 0)
+    a.squeeze_(0)
+    with torch.no_grad():
+        t4 = t1[0]
+    t9 = t4.view(torch.int32)
+    return t9,
+''',
+        inputs={'bases': [{'shape': [1, 2], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        modes=['no_grad'],
+        seed=10065,
+    )
+
+
+@XFAIL("aotgrad raises 'a leaf Variable that requires grad is being used in an in-place operation'")
+def test_inplace_on_detach_of_leaf():
+    """a.detach().add_(k) on a leaf requiring grad is legal in eager (the mutation bypasses autograd)."""
+    check_case(
+        source='''
+def f(a, k):
+    t0 = a.detach()
+    t0.add_(k)
+    return a,
+''',
+        inputs={'bases': [{'shape': [4], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'value', 'value': 2}]},
+        seed=10044,
+    )
+
+
+@XFAIL("aotgrad's output has a grad_fn; backward succeeds where eager raises")
+def test_view_of_input_created_under_no_grad_has_no_grad_fn():
+    """A view of a leaf input made under no_grad is returned: eager gives it no grad_fn, so backward through it raises."""
+    check_case(
+        source='''
+def f(a):
+    with torch.no_grad():
+        t0 = a.view(1, 1)
+    return t0,
+''',
+        inputs={'bases': [{'shape': [], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        seed=10102,
+    )
+
+
+@XFAIL("aotgrad raises 'a view of a leaf Variable that requires grad is being used in an in-place operation'")
+def test_copy_into_dtype_view_of_leaf_view():
+    """copy_ into x.view(torch.int32) (a non-differentiable view) of a view of a leaf requiring grad is legal in eager."""
+    check_case(
+        source='''
+def f(c):
+    t0, t1 = c.unbind(0)
+    t2 = t1.view(torch.int32)
+    t2.copy_(t1)
+    t3 = t2[:, 1:2]
+    return t3,
+''',
+        inputs={'bases': [{'shape': [2, 4, 2], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.permute(2, 0, 1)'}]},
+        seed=10081,
+    )
+
+
+@XFAIL('aotgrad leaves the inputs requiring grad')
+def test_detach__on_input_under_no_grad_call():
+    """a.detach_() inside a call made under no_grad: afterwards the input (and its aliases) no longer require grad."""
+    check_case(
+        source='''
+def f(a, b):
+    t1 = b.mT @ b
+    a.detach_()
+    return [t1]
+''',
+        inputs={'bases': [{'shape': [1, 2, 3], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        modes=['no_grad'],
+        seed=10045,
+    )
+
+
+@XFAIL('aotgrad gives the input a gradient through the no_grad view')
+def test_no_grad_view_chain_blocks_gradient():
+    """Views made under no_grad of an intermediate do not propagate gradient to the input in eager (.grad stays None)."""
+    check_case(
+        source='''
+def f(b):
+    t0 = b[0:1]
+    t1 = torch.tanh(t0)
+    with torch.no_grad():
+        t2 = t1.view_as(t1)
+        t3 = t2.narrow(0, 0, 1)
+    t4 = t3.narrow(0, 0, 1)
+    return t4,
+''',
+        inputs={'bases': [{'shape': [2], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        seed=10322,
+    )
+
+
+@XFAIL('aotgrad sets a (zero) .grad')
+def test_input_grad_stays_none_when_output_does_not_depend_on_it():
+    """b is mutated with copy_ but no output depends on it: eager leaves b's base .grad as None."""
+    check_case(
+        source='''
+def f(a, b):
+    t0 = b.sum(0, keepdim=True)
+    t1 = a.mT @ a
+    b.copy_(t0)
+    t2 = t1 @ t1.mT
+    t3 = t2.reshape(2, 2)
+    return t3,
+''',
+        inputs={'bases': [{'shape': [4, 2], 'dtype': 'float32', 'rg': True}, {'shape': [2, 1], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 1, 'expr': 'x.clone().t()'}]},
+        seed=10758,
+    )
+
+
+@XFAIL('out[0]._base is a hidden tensor and out[1] is a view')
+def test_output_base_is_other_output():
+    """t2 = t1.view(1, 1) mutated, return [t2, t1]: out[0]._base is out[1], and out[1] is not a view."""
+    check_case(
+        source='''
+def f(a):
+    t0 = a.sin()
+    t1 = t0.cumsum(0)
+    t2 = t1.view(1, 1)
+    t2.mul_(a)
+    return [t2, t1]
+''',
+        inputs={'bases': [{'shape': [1], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        seed=10686,
+    )
+
+
+@XFAIL('AotgradCompileError: inputs share storage ... no common ._base; not supported')
+def test_aliased_inputs_without_common_base():
+    """x, x.unsqueeze(0) and x.detach() passed together, one mutated: legal in eager."""
+    check_case(
+        source='''
+def f(a, b, d):
+    t0 = d.t()
+    d.add_(1)
+    return [t0]
+''',
+        inputs={'bases': [{'shape': [2], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 0, 'expr': 'x.unsqueeze(0)'}, {'kind': 'tensor', 'base': 0, 'expr': 'x.detach()'}]},
+        seed=10298,
+    )
+
+
+@XFAIL("aotgrad's backward succeeds")
+def test_unsqueeze__under_no_grad_then_backward_shape_error():
+    """unsqueeze_() of a non-leaf input under no_grad: eager's backward through the returned input raises a gradient shape error."""
+    check_case(
+        source='''
+def f(a):
+    with torch.no_grad():
+        a.unsqueeze_(1)
+    return [a]
+''',
+        inputs={'bases': [{'shape': [4, 4, 4], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.clone()'}]},
+        seed=10119,
+    )
+
+
+@XFAIL("aotgrad's output does not require grad")
+def test_detach_then_inplace_with_grad_operands_requires_grad():
+    """t1 = b.detach(); t1.addcmul_(b, b): t1 requires grad afterwards in eager."""
+    check_case(
+        source='''
+def f(b):
+    t1 = b.detach()
+    t1.addcmul_(b, b)
+    return t1,
+''',
+        inputs={'bases': [{'shape': [1], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.clone()'}]},
+        seed=10142,
+    )
+
+
+@XFAIL("aotgrad's output is usable; no error")
+def test_multi_output_view_chain_invalidated_by_base_mutation():
+    """t1 = c.unbind(0)[1].view(1), then c.sin_(): reading t1.grad_fn (and backward) raises in eager."""
+    check_case(
+        source='''
+def f(a, c):
+    t0 = c.unbind(0)[1]
+    t1 = t0.view(1)
+    c.sin_()
+    return t1,
+''',
+        inputs={'bases': [{'shape': [2], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.clone()'}, {'kind': 'same', 'arg': 0}]},
+        seed=10448,
+    )
+
+
+@XFAIL('aotgrad leaves the input with strides (4, 1) (a different memory layout)')
+def test_t__then_data_mutation_of_input_keeps_strides():
+    """a.t_(); a.masked_fill_(...): the input keeps eager's transposed strides (1, 2)."""
+    check_case(
+        source='''
+def f(a):
+    a.t_()
+    a.masked_fill_(a > 0, 0.0)
+    return a
+''',
+        inputs={'bases': [{'shape': [4, 2], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        seed=10454,
+    )
+
+
+@XFAIL("out.zero_() raises 'Output 0 of View is a view and is being modified inplace'")
+def test_mutating_returned_view_of_intermediate_mutated_through_deeper_view():
+    """t2 = t1.view(1) is mutated through t2.narrow(...).select(...), returned, then zero_()ed by the caller: legal in eager."""
+    check_case(
+        source='''
+def f(a):
+    t0 = a + a
+    t1 = t0.sin()
+    t2 = t1.view(1)
+    t3 = t2.narrow(0, 0, 1)
+    t4 = t3.select(0, -1)
+    t4.sin_()
+    return [t2]
+''',
+        inputs={'bases': [{'shape': [], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        post=[(0, 'zero_()')],
+        seed=10464,
+    )
+
+
+@XFAIL("out.add_(1) raises 'Output 0 of AsStrided is a view and is being modified inplace'")
+def test_mutating_returned_view_of_metadata_mutated_intermediate():
+    """t4 = t0.view_as(t0).squeeze() where t0 is later t_()ed; the caller's t4.add_(1) is legal in eager."""
+    check_case(
+        source='''
+def f(a):
+    t0 = a.sum()
+    t1 = t0.view_as(t0)
+    t2 = a.unbind(0)[0]
+    t4 = t1.squeeze()
+    t0.t_()
+    return t2, a, t4
+''',
+        inputs={'bases': [{'shape': [1, 2, 4], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        post=[(2, 'add_(1)')],
+        seed=10609,
+    )
+
+
+@XFAIL('aotgrad returns views for the matmul result; detach_() raises')
+def test_matmul_of_aliased_inputs_is_not_a_view():
+    """d @ c where inputs alias each other returns a fresh tensor; the caller may detach_() it."""
+    check_case(
+        source='''
+def f(a, b, c, d):
+    t1 = d @ c
+    return a, t1, t1
+''',
+        inputs={'bases': [{'shape': [3, 4], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 0, 'expr': 'x.diagonal()'}, {'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'same', 'arg': 1}]},
+        post=[(2, 'detach_()')],
+        seed=10785,
+    )
+
+
+@XFAIL('aotgrad does not raise')
+def test_overlapping_inplace_add_raises():
+    """t1 = t0.view(1, 1); t1.add_(t0) raises an internal-overlap error in eager."""
+    check_case(
+        source='''
+def f(b):
+    t0 = b.prod()
+    t1 = t0.view(1, 1)
+    t1.add_(t0)
+    return t1,
+''',
+        inputs={'bases': [{'shape': [1], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        modes=['no_grad'],
+        seed=11087,
+    )
+
+
+@XFAIL('wrong output values')
+def test_mutation_through_view_of_input_after_as_strided_():
+    """t0 = a.reshape(...) taken before a.as_strided_(...); t0.mul_(...) under no_grad must use t0's own metadata."""
+    check_case(
+        source='''
+def f(a):
+    t0 = a.reshape(2, -1)
+    a.as_strided_((2,), (3,), 0)
+    t1 = t0.mT @ t0
+    t2 = t1.as_strided((3,), (3,), 0)
+    with torch.no_grad():
+        t0.mul_(t2)
+        t3 = t0.reshape(6)
+    return t3,
+''',
+        inputs={'bases': [{'shape': [2, 1, 3], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        seed=11291,
+    )
+
+
+@XFAIL('aotgrad does not raise')
+def test_no_grad_views_then_as_strided_on_detached_alias():
+    """Views of an input made under no_grad, then as_strided_ on a detach of one of them: eager's backward through them raises."""
+    check_case(
+        source='''
+def f(a, b):
+    with torch.no_grad():
+        t0 = b.reshape(3)
+        t1 = b.permute(0, 1)
+    with torch.no_grad():
+        t3 = t0.detach()
+        t3.as_strided_((1, 2), (2, 1), 1)
+    return t1,
+''',
+        inputs={'bases': [{'shape': [1, 3], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'same', 'arg': 0}]},
+        seed=11293,
+    )
+
+
+@XFAIL('AotgradCompileError at call time: version counter error while tracing the backward (at <unknown location>)')
+def test_unneeded_backward_with_version_error_does_not_raise_at_call():
+    """sigmoid_ then masked_fill_ on a view of an input; no output requires grad, so eager never runs the backward that would fail."""
+    check_case(
+        source='''
+def f(s, c):
+    t0 = c.squeeze(0)
+    t1 = t0 + s
+    with torch.no_grad():
+        t2 = t1.detach()
+    t3 = t2.t()
+    t0.sigmoid_()
+    t0.masked_fill_(t0 > 0, 0.0)
+    return t3,
+''',
+        inputs={'bases': [{'shape': [4, 4], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'value', 'value': 2.0}, {'kind': 'tensor', 'base': 0, 'expr': 'x.clone()'}]},
+        seed=11336,
+    )
+
+
