@@ -74,7 +74,7 @@ def train_mlp() -> bool:
     # Two compiled copies with identical init:
     #  * "aotgrad": torch.compile(model, backend="aotgrad"), the registered backend (nop
     #    compiler: the captured graphs run op by op);
-    #  * "inspect": the same backend class built by aotgrad.backend.backend(...) with a
+    #  * "inspect": the same backend class, built by aotgrad.backend's backend(...), with a
     #    compiler that prints each graph, wrapped so we keep what it returns (the
     #    aot_module_simplified callable) and can show its metadata afterwards.
     named_model = copy.deepcopy(eager_model)
