@@ -656,3 +656,679 @@ def f(s, c):
     )
 
 
+# --------------------------------------------------------------------------- found against torch's aot_function
+# (AOTGRAD_FUZZ_IMPL=torch); checked here against aotgrad.
+
+
+def test_torch_divergence_5003_0():
+    """torch's aot_function differs from eager here: call.output.is_view"""
+    check_case(
+        source='''
+def f(a):
+    t1 = a.t()
+    t2 = t1.sigmoid()
+    t3 = t2.view(1)
+    t6, = t3.unbind(0)
+    return t6,
+''',
+        inputs={'bases': [{'shape': [], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        seed=5003,
+    )
+
+
+def test_torch_divergence_5008_1():
+    """torch's aot_function differs from eager here: call.output.same_object_as"""
+    check_case(
+        source='''
+def f(a, s):
+    t0 = a - a
+    t3 = t0 @ t0
+    t4 = t3 + s
+    t5 = t4.t()
+    return t5, t5
+''',
+        inputs={'bases': [{'shape': [2, 3, 2], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.view(-1)'}, {'kind': 'value', 'value': -1.5}]},
+        seed=5008,
+    )
+
+
+def test_torch_divergence_5010_2():
+    """torch's aot_function differs from eager here: call: impl raised, eager did not: RuntimeError: a leaf Variable that requires grad is being used"""
+    check_case(
+        source='''
+def f(a, c):
+    t2 = c.narrow(0, 1, 1)
+    with torch.no_grad():
+        t2.pow_(2)
+    return [t2]
+''',
+        inputs={'bases': [{'shape': [4, 2], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x[0]'}, {'kind': 'tensor', 'base': 0, 'expr': 'x.diagonal()'}]},
+        seed=5010,
+    )
+
+
+def test_torch_divergence_5020_3():
+    """torch's aot_function differs from eager here: call.output.requires_grad"""
+    check_case(
+        source='''
+def f(a, flag):
+    if flag:
+        t5 = a.clone()
+    else:
+        t5 = a.clone()
+    return t5,
+''',
+        inputs={'bases': [{'shape': [3, 1, 1], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'value', 'value': False}]},
+        modes=['grad', 'no_grad'],
+        seed=5020,
+    )
+
+
+def test_torch_divergence_5025_4():
+    """torch's aot_function differs from eager here: backward: impl raised, eager did not: RuntimeError: element N of tensors does not require grad and d"""
+    check_case(
+        source='''
+def f(b):
+    t0 = b[-1]
+    t2 = t0.clone()
+    return t2,
+''',
+        inputs={'bases': [{'shape': [4, 2], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        modes=['no_grad', 'grad'],
+        seed=5025,
+    )
+
+
+def test_torch_divergence_5059_5():
+    """torch's aot_function differs from eager here: post: impl raised, eager did not: RuntimeError: Can't detach views in-place. Use detach() instea"""
+    check_case(
+        source='''
+def f(a, b):
+    b.masked_fill_(b > 0, 0.0)
+    return a,
+''',
+        inputs={'bases': [{'shape': [], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 0, 'expr': 'x.detach()'}]},
+        post=[(0, 'detach_()')],
+        seed=5059,
+    )
+
+
+@XFAIL('aotgrad writes the wrong base elements and gives the input stride (1, 1)')
+def test_data_then_noop_squeeze__on_as_strided_input():
+    """a = x.as_strided((1, 2), (2, 3), 0); a.mul_(2); a.squeeze_(1): the write-back must hit x[0] and x[3]."""
+    check_case(
+        source='''
+def f(a):
+    a.mul_(2)
+    a.squeeze_(1)
+    t0 = a.diagonal()
+    t1 = t0.sigmoid()
+    t2 = t1.sigmoid()
+    return t2,
+''',
+        inputs={'bases': [{'shape': [4], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.as_strided((1, 2), (2, 3), 0)'}]},
+        seed=5085,
+    )
+
+
+def test_torch_divergence_5092_7():
+    """torch's aot_function differs from eager here: call: impl raised, eager did not: IndexError: Dimension out of range (expected to be in range of"""
+    check_case(
+        source='''
+def f(a, b):
+    t3 = a.select(1, -1)
+    with torch.no_grad():
+        a.addcmul_(b, b)
+    return t3,
+''',
+        inputs={'bases': [{'shape': [1, 3, 2], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 0, 'expr': 'x.detach()'}]},
+        seed=5092,
+    )
+
+
+@XFAIL('the input still requires grad after the call')
+def test_detach__on_leaf_input_then_used():
+    """a.detach_() on a leaf requiring grad: afterwards it no longer requires grad."""
+    check_case(
+        source='''
+def f(a):
+    a.detach_()
+    t0 = a.mT @ a
+    t1 = t0 + t0
+    return t1,
+''',
+        inputs={'bases': [{'shape': [3, 2], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        seed=5098,
+    )
+
+
+def test_torch_divergence_5149_9():
+    """torch's aot_function differs from eager here: call: impl raised, eager did not: AssertionError: outs_to_grad length (N) != tangents length (N)"""
+    check_case(
+        source='''
+def f(a, b, c, d):
+    with torch.no_grad():
+        d.sigmoid_()
+    t0 = -d
+    t3 = torch.where(t0 > 0, t0, b)
+    with torch.no_grad():
+        torch.mul(a, 2, out=c)
+    return t3,
+''',
+        inputs={'bases': [{'shape': [], 'dtype': 'float32', 'rg': False}, {'shape': [1, 3, 4], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 1, 'expr': 'x[::2]'}, {'kind': 'same', 'arg': 0}, {'kind': 'tensor', 'base': 1, 'expr': 'x.transpose(0, 1)'}]},
+        seed=5149,
+    )
+
+
+def test_torch_divergence_5169_10():
+    """torch's aot_function differs from eager here: backward: eager raised, impl did not: RuntimeError: one of the variables needed for gradient computa"""
+    check_case(
+        source='''
+def f(a, s):
+    t0 = a - a
+    t1 = t0 * s
+    t2 = a * s
+    t3 = t2 @ t2.mT
+    t4 = t3 @ t1
+    t6 = t4 + s
+    t7 = t6 + t1
+    t8 = torch.maximum(t7, t2)
+    return a, t3, t8
+''',
+        inputs={'bases': [{'shape': [1, 2, 3], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'value', 'value': -1.5}]},
+        post=[(1, 'zero_()')],
+        seed=5169,
+    )
+
+
+def test_torch_divergence_5179_11():
+    """torch's aot_function differs from eager here: call.output.stride"""
+    check_case(
+        source='''
+def f(a, b):
+    t0 = b * a
+    t1 = t0.unsqueeze(-1)
+    t2 = t1.clone()
+    t4 = b.reshape(-1)
+    t8 = torch.where(t4 > 0, t4, t2)
+    t9 = t8.transpose(2, 1)
+    return t9,
+''',
+        inputs={'bases': [{'shape': [2, 2], 'dtype': 'float32', 'rg': False}, {'shape': [4, 1, 1], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x[::2]'}, {'kind': 'tensor', 'base': 1, 'expr': 'x'}]},
+        seed=5179,
+    )
+
+
+def test_torch_divergence_5180_12():
+    """torch's aot_function differs from eager here: call: eager raised, impl did not: RuntimeError: a view of a leaf Variable that requires grad is """
+    check_case(
+        source='''
+def f(a, b):
+    t0 = torch.mm(a, a)
+    t1 = torch.mm(t0, a)
+    b[0] = 1.0
+    return t1,
+''',
+        inputs={'bases': [{'shape': [3, 2], 'dtype': 'float32', 'rg': False}, {'shape': [4], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.as_strided((2, 2), (2, 1), 0)'}, {'kind': 'tensor', 'base': 1, 'expr': 'x'}]},
+        seed=5180,
+    )
+
+
+def test_torch_divergence_5193_13():
+    """torch's aot_function differs from eager here: call: impl raised, eager did not: RuntimeError: a view of a leaf Variable that requires grad is """
+    check_case(
+        source='''
+def f(a, b, k):
+    t0 = b.narrow(0, 0, 1)
+    t1 = t0.unsqueeze(k % 2)
+    t5 = t1[:, 0:1]
+    t6 = t5.mT @ t5
+    t7 = t6.view(torch.int32)
+    with torch.no_grad():
+        b.addcmul_(t0, t0)
+    with torch.no_grad():
+        t8 = t7.as_strided((2,), (1,), 0)
+        t9 = t8.sum(-1, keepdim=True)
+    return t9
+''',
+        inputs={'bases': [{'shape': [4, 4], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.unsqueeze(0)'}, {'kind': 'same', 'arg': 0}, {'kind': 'value', 'value': 0}]},
+        seed=5193,
+    )
+
+
+@XFAIL("aotgrad's backward raises a version-counter error")
+def test_unsqueeze__on_detached_alias_of_input_passed_twice():
+    """c = x.detach() is unsqueeze_()d while x is passed twice and multiplied: eager's backward is fine (metadata mutation of a detached alias does not bump x's version)."""
+    check_case(
+        source='''
+def f(a, b, c, d):
+    c.unsqueeze_(0)
+    t0 = d * b
+    return t0,
+''',
+        inputs={'bases': [{'shape': [3, 1], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'same', 'arg': 0}, {'kind': 'tensor', 'base': 0, 'expr': 'x.detach()'}, {'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        seed=5247,
+    )
+
+
+def test_torch_divergence_5324_15():
+    """torch's aot_function differs from eager here: call: impl raised, eager did not: AssertionError: incorrect out shape after application of ViewM"""
+    check_case(
+        source='''
+def f(a, c):
+    t1 = a.detach()
+    torch.mul(a, 2, out=t1)
+    return t1
+''',
+        inputs={'bases': [{'shape': [3, 4], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.t()'}, {'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        seed=5324,
+    )
+
+
+def test_torch_divergence_5434_16():
+    """torch's aot_function differs from eager here: call: impl raised, eager did not: AssertionError: any_leaf=True != all_leaf=False for outer_indi"""
+    check_case(
+        source='''
+def f(b, c):
+    with torch.no_grad():
+        t2 = b.t()
+        t2[1:] = 1.0
+    t4 = t2.detach()
+    return t4,
+''',
+        inputs={'bases': [{'shape': [1], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 0, 'expr': 'x[::2]'}]},
+        seed=5434,
+    )
+
+
+def test_torch_divergence_5439_17():
+    """torch's aot_function differs from eager here: call.output._base"""
+    check_case(
+        source='''
+def f(a):
+    t5 = a.mT @ a
+    t6 = t5.select(2, 1)
+    return t6, t5
+''',
+        inputs={'bases': [{'shape': [3, 3, 2], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        seed=5439,
+    )
+
+
+@XFAIL('.grad strides (1, 1, 1) where eager has (2, 2, 1)')
+def test_grad_strides_of_permuted_input_with_no_grad_metadata_mutation():
+    """Input x.permute(2, 0, 1); a no_grad unsqueeze_ on a view of it; the leaf's .grad keeps the leaf's strides."""
+    check_case(
+        source='''
+def f(c):
+    t0 = c.unsqueeze(0)
+    with torch.no_grad():
+        t0.unsqueeze_(2)
+    t3 = c.unbind(0)[1]
+    return t3,
+''',
+        inputs={'bases': [{'shape': [1, 1, 2], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.permute(2, 0, 1)'}]},
+        seed=5449,
+    )
+
+
+@XFAIL('b still requires grad and has a grad_fn')
+def test_detach__on_non_leaf_input():
+    """b.detach_() on a non-leaf input requiring grad: afterwards b is a leaf that does not require grad."""
+    check_case(
+        source='''
+def f(a, b):
+    b.detach_()
+    return a,
+''',
+        inputs={'bases': [{'shape': [], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 0, 'expr': 'x.clone()'}]},
+        seed=5550,
+    )
+
+
+def test_torch_divergence_5568_20():
+    """torch's aot_function differs from eager here: call: impl raised, eager did not: RuntimeError: more than one element of the written-to tensor r"""
+    check_case(
+        source='''
+def f(a):
+    t0 = a.expand(3, 3, 2, 3)
+    with torch.no_grad():
+        t0[::2] = a
+    return t0,
+''',
+        inputs={'bases': [{'shape': [3, 2, 3], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        seed=5568,
+    )
+
+
+def test_torch_divergence_5828_21():
+    """torch's aot_function differs from eager here: backward.baseN.grad"""
+    check_case(
+        source='''
+def f(a, b):
+    with torch.no_grad():
+        b.pow_(2)
+        t1 = a * a
+    t2 = torch.arange(3, dtype=t1.dtype).view(t1.shape)
+    t6 = torch.arange(3, dtype=t2.dtype).view(t2.shape)
+    t7 = t6.t()
+    t9 = a.narrow(0, 0, 1)
+    t10 = t9 @ t7
+    return t10,
+''',
+        inputs={'bases': [{'shape': [1, 3], 'dtype': 'float32', 'rg': True}, {'shape': [2], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 1, 'expr': 'x'}]},
+        seed=5828,
+    )
+
+
+def test_torch_divergence_5848_22():
+    """torch's aot_function differs from eager here: call: eager raised, impl did not: RuntimeError: a leaf Variable that requires grad is being used"""
+    check_case(
+        source='''
+def f(a):
+    t0 = a.softmax(0)
+    a.pow_(2)
+    return t0,
+''',
+        inputs={'bases': [{'shape': [1], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        seed=5848,
+    )
+
+
+def test_torch_divergence_6155_23():
+    """torch's aot_function differs from eager here: call: impl raised, eager did not: RuntimeError: Can't detach views in-place. Use detach() instea"""
+    check_case(
+        source='''
+def f(a, b, c):
+    b.sin_()
+    c.detach_()
+    t1 = a[2:3:2]
+    return t1,
+''',
+        inputs={'bases': [{'shape': [4], 'dtype': 'float32', 'rg': False}, {'shape': [4, 3], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 1, 'expr': 'x.diagonal()'}, {'kind': 'tensor', 'base': 1, 'expr': 'x'}]},
+        seed=6155,
+    )
+
+
+@XFAIL("AotgradCompileError: ViewBackward0 returned an invalid gradient (the joint graph's view chain is wrong)")
+def test_views_between_two_unsqueeze__of_intermediate():
+    """t6 = t0.transpose(1, 0) taken between two t0.unsqueeze_() calls; backward through t6 is fine in eager."""
+    check_case(
+        source='''
+def f(c):
+    t0 = c * 2
+    t0.unsqueeze_(0)
+    t6 = t0.transpose(1, 0)
+    t0.unsqueeze_(2)
+    t8 = t6.reshape(1, 1, 1)
+    t9 = t8 @ t8.mT
+    t10 = t9.reshape(1, 1)
+    return t10,
+''',
+        inputs={'bases': [{'shape': [1], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        seed=6338,
+    )
+
+
+def test_torch_divergence_6422_25():
+    """torch's aot_function differs from eager here: backward: impl raised, eager did not: RuntimeError: Boolean value of Tensor with more than one value"""
+    check_case(
+        source='''
+def f(a):
+    t0 = a.squeeze()
+    t1 = torch.where(t0 > 0, t0, a)
+    return t1, t0, t0
+''',
+        inputs={'bases': [{'shape': [2], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.clone()'}]},
+        post=[(2, 'unsqueeze_(0)')],
+        seed=6422,
+    )
+
+
+def test_torch_divergence_6552_26():
+    """torch's aot_function differs from eager here: call: impl raised, eager did not: RuntimeError: permute(sparse_coo): number of dimensions in the"""
+    check_case(
+        source='''
+def f(a, mode, b):
+    t3 = b.permute(1, 2, 0)
+    if mode == "sum":
+        t4 = t3.sum()
+    t5 = t4.view(1)
+    t6 = t5[0:1]
+    b.sub_(t6, alpha=2)
+    return t3,
+''',
+        inputs={'bases': [{'shape': [3, 4], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'value', 'value': 'sum'}, {'kind': 'tensor', 'base': 0, 'expr': 'x.unsqueeze(0)'}]},
+        seed=6552,
+    )
+
+
+@XFAIL('AotgradCompileError at call time: version-counter error while tracing the backward')
+def test_backward_of_mutated_input_not_traced_unless_needed():
+    """sigmoid_ of an intermediate then used to mutate input b; the output depends only on a.t().clone(), so eager's backward never touches the sigmoid."""
+    check_case(
+        source='''
+def f(a, b):
+    t0 = a.unsqueeze(-2)
+    t1 = torch.tanh(t0)
+    t2 = t1.squeeze(2)
+    t2.sigmoid_()
+    t4 = a.t()
+    t6 = t4.clone()
+    b.sub_(t2, alpha=2)
+    t7 = t6.mean(0)
+    return t7
+''',
+        inputs={'bases': [{'shape': [2, 1], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 0, 'expr': 'x.clone()'}]},
+        seed=6825,
+    )
+
+
+def test_torch_divergence_6845_28():
+    """torch's aot_function differs from eager here: call: eager raised, impl did not: RuntimeError: A view was created in no_grad mode and is being """
+    check_case(
+        source='''
+def f(c):
+    t0 = c.contiguous()
+    with torch.no_grad():
+        t1 = t0.view_as(t0)
+        t2 = t1.logsumexp(0)
+    t1.t_()
+    return t2,
+''',
+        inputs={'bases': [{'shape': [], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        modes=['no_grad', 'grad'],
+        seed=6845,
+    )
+
+
+def test_torch_divergence_6895_29():
+    """torch's aot_function differs from eager here: call: impl raised, eager did not: RuntimeError: invalid gradient at index N - got [..] but expec"""
+    check_case(
+        source='''
+def f(a):
+    t5 = a.reshape(1, 12)
+    t6 = t5.unsqueeze(2)
+    t5.unsqueeze_(-1)
+    return t6,
+''',
+        inputs={'bases': [{'shape': [4, 2, 3], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x[::2]'}]},
+        seed=6895,
+    )
+
+
+def test_torch_divergence_6964_30():
+    """torch's aot_function differs from eager here: call.output.storage_offset"""
+    check_case(
+        source='''
+def f(a, c):
+    t0 = c.narrow(0, 1, 1)
+    t1 = t0.squeeze(0)
+    t1.mul_(2)
+    t2 = t1.detach()
+    t3 = t2.view(1)
+    return t3,
+''',
+        inputs={'bases': [{'shape': [3], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 0, 'expr': 'x[1:]'}]},
+        seed=6964,
+    )
+
+
+def test_torch_divergence_49_31():
+    """torch's aot_function differs from eager here: call.output.storage_offset"""
+    check_case(
+        source='''
+def f(a, b):
+    b.relu_()
+    t4, t5, t6 = a.unbind(0)
+    return t6,
+''',
+        inputs={'bases': [{'shape': [4], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x[1:]'}, {'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        seed=49,
+    )
+
+
+@XFAIL('wrong base values and strides (1, 3, 3)')
+def test_transpose__then_clamp__on_strided_input():
+    """a = x[::2]; a.transpose_(0, 2); a.clamp_(...): the clamp must land on x's rows 0 and 2, and a keeps strides (1, 3, 6)."""
+    check_case(
+        source='''
+def f(a):
+    a.transpose_(0, 2)
+    a.clamp_(-0.5, 0.5)
+    return a,
+''',
+        inputs={'bases': [{'shape': [3, 1, 3], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x[::2]'}]},
+        seed=215,
+    )
+
+
+@XFAIL('the mutation is lost (wrong input and output values)')
+def test_masked_fill__through_expand_of_as_strided__input():
+    """In-place masked_fill_ through an expanded view of an input that was as_strided_()d."""
+    check_case(
+        source='''
+def f(a):
+    a.as_strided_((1, 1), (1, 0), 0)
+    t0 = a.expand(1, 3, 1)
+    a.neg_()
+    t0.masked_fill_(t0 > 0, 0.0)
+    t1 = t0.sum(1, keepdim=True)
+    return t1,
+''',
+        inputs={'bases': [{'shape': [1, 2], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        seed=2199,
+    )
+
+
+@XFAIL('the mutation is lost (input keeps its old values)')
+def test_fill__through_expanded_view_of_input():
+    """c.expand(2, 3).fill_(0.5) must fill the input c."""
+    check_case(
+        source='''
+def f(b, c):
+    t0 = c.expand(2, 3)
+    t0.fill_(0.5)
+    t2 = b + b
+    return t2,
+''',
+        inputs={'bases': [{'shape': [3, 2, 1], 'dtype': 'float32', 'rg': False}, {'shape': [1, 2], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 1, 'expr': 'x.clone().t()'}]},
+        modes=['no_grad'],
+        seed=1049,
+    )
+
+
+def test_torch_divergence_7_35():
+    """torch's aot_function differs from eager here: call.output.requires_grad"""
+    check_case(
+        source='''
+def f(a):
+    t0 = a.pow(2)
+    a.squeeze_(0)
+    t4 = t0.narrow(1, 0, 1)
+    return t4,
+''',
+        inputs={'bases': [{'shape': [4, 1], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.clone()'}]},
+        seed=7,
+    )
+
+
+def test_torch_divergence_97_36():
+    """torch's aot_function differs from eager here: call: eager raised, impl did not: RuntimeError: a view of a leaf Variable that requires grad is """
+    check_case(
+        source='''
+def f(a, b):
+    a[0] = 1.0
+    return b,
+''',
+        inputs={'bases': [{'shape': [3], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'same', 'arg': 0}]},
+        seed=97,
+    )
+
+
+@XFAIL('the input and output still require grad')
+def test_detach__then_view_of_leaf_input():
+    """a.detach_() on a leaf then a.t(): the input and the output do not require grad."""
+    check_case(
+        source='''
+def f(a):
+    a.detach_()
+    t5 = a.t()
+    return t5
+''',
+        inputs={'bases': [{'shape': [4], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        seed=1124,
+    )
+
+
+@XFAIL("aotgrad raises 'a view of a leaf Variable that requires grad is being used in an in-place operation'")
+def test_inplace_on_detach_input_alias_of_leaf():
+    """b = x.detach() is passed next to x (a leaf requiring grad); b.add_(1) is legal in eager and a is returned as-is."""
+    check_case(
+        source='''
+def f(a, b):
+    b.add_(1)
+    return a,
+''',
+        inputs={'bases': [{'shape': [], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 0, 'expr': 'x.detach()'}]},
+        seed=0,
+    )
+
+
+def test_return_same_tensor_twice_is_same_object():
+    """torch's aot_function differs from eager here: ok"""
+    check_case(
+        source='''
+def f(a):
+    t0 = a * 2
+    return t0, t0
+''',
+        inputs={'bases': [{'shape': [2], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        seed=0,
+    )
+
+
+def test_compiled_with_grad_then_called_under_no_grad():
+    """torch's aot_function differs from eager here: call.output.requires_grad"""
+    check_case(
+        source='''
+def f(a):
+    return a.sin(),
+''',
+        inputs={'bases': [{'shape': [2], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        modes=['grad', 'no_grad'],
+        seed=0,
+    )
+
+
+def test_compiled_under_no_grad_then_called_with_grad():
+    """torch's aot_function differs from eager here: backward: impl raised, eager did not: RuntimeError: element N of tensors does not require grad and d"""
+    check_case(
+        source='''
+def f(a):
+    return a.sin(),
+''',
+        inputs={'bases': [{'shape': [2], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        modes=['no_grad', 'grad'],
+        seed=0,
+    )
