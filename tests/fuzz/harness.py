@@ -159,7 +159,21 @@ def signature_of(diff: str) -> str:
         rest = re.sub(r"\d+", "N", rest)
         rest = re.sub(r"\[[^\]]*\]", "[..]", rest)
         return f"{head}: {rest[:90]}"
+    if rest.startswith("values differ"):
+        return f"{head} values"
+    if rest.startswith("eager is"):
+        return f"{head} container"
+    if " items vs impl " in rest:
+        return f"{head} length"
+    if rest.startswith("eager ") and head.rsplit(".", 1)[-1] not in _RECORD_KEYS:
+        return f"{head} kind"  # tensor vs non-tensor, etc.
     return head
+
+
+_RECORD_KEYS = {
+    "same_object_as", "shape", "stride", "storage_offset", "dtype", "requires_grad", "is_leaf",
+    "has_grad_fn", "is_view", "_base", "storage",
+}
 
 
 # --------------------------------------------------------------------------- inputs
