@@ -340,10 +340,13 @@ class _CompiledForward:
         try:
             inspect.signature(self.root.forward).bind(*args, **kwargs)
         except TypeError as bind_error:
+            given = f"{len(args)} positional argument(s)" + (
+                f" and keyword argument(s) {', '.join(sorted(kwargs))}" if kwargs else ""
+            )
             raise TypeError(
                 f"{_describe_forward(self.root)} cannot take the arguments it was called with "
-                f"({len(args)} positional, keyword {sorted(kwargs)}): {bind_error}. Call the "
-                "compiled module exactly as you would call the original one."
+                f"({given}): {bind_error}. Call the compiled module exactly as you would call "
+                "the original one."
             ) from exc
         except ValueError:  # no signature available (builtin); nothing better to say
             pass
