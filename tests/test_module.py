@@ -498,3 +498,18 @@ def test_reassigning_one_name_of_a_shared_buffer_leaves_the_other():
     _close(m.a, ref.a)
     _close(m.b, ref.b)
     assert torch.equal(m.b, torch.zeros(2))
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_buffer_updates_on_the_inference_path(keep):
+    """Training mode under no_grad: no autograd.Function, running stats still update."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
+    ref = copy.deepcopy(m)
+    cm = aot_module(m, nop, keep_inference_input_mutations=keep)
+    x = torch.randn(5, 3)
+    with torch.no_grad():
+        for _ in range(3):
+            _close(cm(x), ref(x))
+    _state_close(m, ref)
+    assert int(m[1].num_batches_tracked) == 3
