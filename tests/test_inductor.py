@@ -72,6 +72,15 @@ def test_mlp_step_with_input_mutation_matches_eager():
     for p, r in zip(params, ref_params):
         torch.testing.assert_close(p.grad, r.grad)
 
+    # Inductor's FX graph cache serves the same graphs compiled again (forward + backward).
+    from torch._dynamo.utils import counters
+    from torch._inductor import config as inductor_config
+
+    if not inductor_config.force_disable_caches:
+        hits = counters["inductor"]["fxgraph_cache_hit"]
+        _compile(step)(x, running, *params).sum().backward()
+        assert counters["inductor"]["fxgraph_cache_hit"] == hits + 2
+
 
 @pytest.mark.slow
 def test_mlp_training_loop_matches_eager():

@@ -60,7 +60,9 @@ class InductorCompiler:
       may clear it). The returned callable takes the inputs positionally, like ``gm`` does.
     * **Cache.** Inductor's FX graph cache (``torch._inductor.config.fx_graph_cache``) is
       switched on while compiling, so compiling the same graph again (same process or not)
-      is a cache hit.
+      is a cache hit. The cache only works when the fake mode has a ``ShapeEnv``; example
+      inputs from a mode without one (static tracing) are re-faked, statically, in a mode
+      that has one.
     * **Graph ownership.** Inductor rewrites the graph it is given; it gets a copy, so ``gm``
       is left as it was.
     """
@@ -88,6 +90,7 @@ class InductorCompiler:
         from torch._inductor import config as inductor_config
         from torch._inductor.compile_fx import compile_fx_inner
         from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
         tangent_idxs = [
             i
@@ -116,8 +119,14 @@ class InductorCompiler:
         fake_mode = next(
             (x.fake_mode for x in example_inputs if isinstance(x, FakeTensor)), None
         )
-        if fake_mode is None:  # real example inputs: fakeify them in a fresh mode
-            fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+        if fake_mode is None or fake_mode.shape_env is None:
+            # Real example inputs, or fakes of a mode without a ShapeEnv (static tracing):
+            # Inductor's FX graph cache refuses to work without a ShapeEnv ("Bypassing FX
+            # Graph Cache because 'No shape env'"), so re-fake the inputs, statically, in
+            # a mode that has one.
+            fake_mode = FakeTensorMode(
+                allow_non_fake_inputs=True, shape_env=ShapeEnv(), static_shapes=True
+            )
             example_inputs = [
                 fake_mode.from_tensor(x) if isinstance(x, torch.Tensor) else x
                 for x in example_inputs
