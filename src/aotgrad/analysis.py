@@ -27,6 +27,7 @@ from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 from torch.overrides import TorchFunctionMode
 
 from .errors import AotgradCompileError, compile_error_from
+from .rng import EagerRandomness
 from .metadata import InputInfo, OutputInfo, OutputType, ViewAndMutationMetadata
 
 _TRACING_LIMITATIONS = (
@@ -88,13 +89,36 @@ def relative_view_metas(view: FunctionalTensor, base: FunctionalTensor) -> Optio
     return rest
 
 
-class _ClosureTensorCheck(TorchFunctionMode):
-    """Rejects tensors the program closes over that need autograd or are mutated: captured as
-    constants, their gradients and mutations would be silently lost."""
+_METADATA_INPLACE = frozenset(
+    {"t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_", "as_strided_", "resize_", "resize_as_"}
+)
+
+
+class _EagerChecks(TorchFunctionMode):
+    """Checks, at the user's call sites, what the functional run cannot see by itself.
+
+    - A metadata-only in-place op (``t_``...) on a leaf that requires grad under grad mode:
+      eager rejects it, but functionalization records it as a view.
+    - Tensors the program closes over that need autograd or are mutated: captured as
+      constants, their gradients and mutations would be silently lost.
+    """
+
+    def __init__(self, leaf_inputs: frozenset[int]) -> None:
+        super().__init__()
+        #: ids of the functional inputs that stand for leaves requiring grad (functional
+        #: wrappers are never leaves themselves)
+        self.leaf_inputs = leaf_inputs
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = getattr(func, "__name__", str(func))
+        if (
+            name in _METADATA_INPLACE
+            and args
+            and id(args[0]) in self.leaf_inputs
+            and torch.is_grad_enabled()
+        ):
+            raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
         for t in pytree.tree_leaves((args, kwargs)):
             if (
                 isinstance(t, torch.Tensor)
@@ -138,7 +162,10 @@ def analyze(
             stack.enter_context(fake_mode)
             stack.enter_context(torch.set_grad_enabled(grad_enabled))
             stack.enter_context(mode)
-            stack.enter_context(_ClosureTensorCheck())
+            stack.enter_context(
+                _EagerChecks(frozenset(id(f) for f, t in zip(f_inputs, fake_inputs) if t.is_leaf and t.requires_grad))
+            )
+            stack.enter_context(EagerRandomness())
             out_leaves, out_spec = program(*f_inputs)
     except AotgradCompileError:
         raise

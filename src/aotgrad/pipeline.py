@@ -165,7 +165,9 @@ def compile_entry(fn: Callable, leaves: list[Any], spec: pytree.TreeSpec, config
             if node in placeholders and placeholders.index(node) in data_mutated
         )
         graphs["forward"], graphs["backward"] = fw_module, bw_module
-        fw_callable = config.fw_compiler(fw_module, list(joint.primals))
+        fw_callable = _detaching(
+            config.fw_compiler(fw_module, list(joint.primals)), _view_outputs(fw_module, md, joint.num_fwd_outputs)
+        )
         bw_inputs = [n.meta.get("val") for n in bw_module.graph.nodes if n.op == "placeholder"]
         bw_callable = config.bw_compiler(bw_module, bw_inputs)
         avals = analysis.forward_output_avals
@@ -190,7 +192,7 @@ def compile_entry(fn: Callable, leaves: list[Any], spec: pytree.TreeSpec, config
         graphs["inference"] = gm
         with fake_mode:
             example = [t.detach() for t in fake_inputs]
-        fw_callable = config.inference_compiler(gm, example)
+        fw_callable = _detaching(config.inference_compiler(gm, example), _view_outputs(gm, md, None))
         kept = frozenset(
             i for i in md.mutated_input_indices if keep and not md.input_info[i].mutates_metadata
         )
@@ -269,6 +271,53 @@ def _aliasing_runtime(input_aliasing: Optional[InputAliasing], call_analysis: An
             (i, info[i].new_view) for i in merged if info[i].mutates_metadata
         ),
     }
+
+
+def _view_outputs(gm: torch.fx.GraphModule, md: ViewAndMutationMetadata, num_fwd_outputs: Optional[int]) -> tuple[int, ...]:
+    """Forward-output positions of non-aliased user outputs and intermediate bases that the
+    graph computes with a view op (an intermediate whose metadata was mutated in place, say).
+
+    Eager's tensor is not a view there, so the runtime detaches them: otherwise ``._base``
+    differs and, in training, an in-place op on the output hits autograd's "view created
+    inside a custom Function" error.
+    """
+    out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    outs = pytree.tree_leaves(out.args)
+    if num_fwd_outputs is not None:
+        outs = outs[:num_fwd_outputs]
+    first_user = len(outs) - sum(
+        o.output_type is not OutputType.non_tensor for o in md.output_info
+    ) - md.num_intermediate_bases
+    candidates = []
+    pos = first_user
+    for o in md.output_info:
+        if o.output_type is OutputType.non_tensor:
+            continue
+        if o.output_type is OutputType.non_alias and o.duplicate_of is None:
+            candidates.append(pos)
+        pos += 1
+    candidates.extend(range(pos, pos + md.num_intermediate_bases))
+    return tuple(
+        p for p in candidates
+        if isinstance(outs[p], torch.fx.Node)
+        and isinstance(outs[p].target, torch._ops.OpOverload)
+        and outs[p].target.is_view
+    )
+
+
+def _detaching(compiled: Callable, positions: tuple[int, ...]) -> Callable:
+    """``compiled`` with the outputs at ``positions`` detached (see :func:`_view_outputs`)."""
+    if not positions:
+        return compiled
+    call = _direct(compiled)
+
+    def forward(*args: Any) -> list:
+        outs = list(call(*args))
+        for p in positions:
+            outs[p] = outs[p].detach()
+        return outs
+
+    return forward
 
 
 def _direct(compiled: Callable) -> Callable:

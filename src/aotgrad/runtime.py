@@ -173,8 +173,9 @@ def apply_writebacks(writebacks: tuple[Writeback, ...], fw_outs: Any, graph_inpu
         new = _unwrap(fw_outs[w.position])
         real = graph_inputs[w.input_index]
         if w.metadata:
-            # As in eager, a metadata change is recorded by autograd only when it sees it.
-            with torch.set_grad_enabled(torch.is_grad_enabled() and real.requires_grad):
+            # As in eager, a metadata change is recorded by autograd only when it sees it; on
+            # a leaf that requires grad eager only allows it under no_grad.
+            with torch.set_grad_enabled(torch.is_grad_enabled() and real.requires_grad and not real.is_leaf):
                 real.as_strided_(new.size(), new.stride(), new.storage_offset())
         if w.data:
             if w.visible_to_autograd:
@@ -312,7 +313,7 @@ class CompiledRuntime:
                 apply_writebacks(writebacks, fw_outs, graph_inputs)
                 for i, (size, stride, offset) in member_metadata:
                     real = call_inputs[i]
-                    with torch.set_grad_enabled(torch.is_grad_enabled() and real.requires_grad):
+                    with torch.set_grad_enabled(torch.is_grad_enabled() and real.requires_grad and not real.is_leaf):
                         real.as_strided_(size, stride, offset)
                 return outputs(fw_outs, call_inputs)
 

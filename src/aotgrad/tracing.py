@@ -21,6 +21,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from .analysis import Analysis, from_functional, to_functional
 from .errors import AotgradCompileError, compile_error_from
 from .metadata import OutputType, ViewAndMutationMetadata
+from .rng import EagerRandomness
 
 __all__ = ["JointGraph", "trace_joint", "trace_inference", "tensor_output_indices", "tangent_output_indices"]
 
@@ -150,7 +151,7 @@ def trace_joint(
         with mode:
             f_primals = [to_functional(p) for p in primals]
             f_tangents = [to_functional(t) for t in tangents]
-        with mode, torch.enable_grad():
+        with mode, torch.enable_grad(), EagerRandomness():
             fw_outs = forward(*f_primals)
             diff_outs = [fw_outs[p] for p in tangent_positions]
             grads: list[Any] = [None] * len(f_primals)
@@ -223,7 +224,7 @@ def trace_inference(
         mode = FunctionalTensorMode()
         with mode:
             f_primals = [to_functional(p) for p in primals]
-        with mode, torch.set_grad_enabled(grad_enabled):
+        with mode, torch.set_grad_enabled(grad_enabled), EagerRandomness():
             outs = forward(*f_primals)
         result = []
         for k, o in enumerate(outs):

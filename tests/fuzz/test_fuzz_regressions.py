@@ -26,7 +26,6 @@ def XFAIL(reason: str):
 # --------------------------------------------------------------------------- found against aotgrad
 
 
-@XFAIL('aotgrad returns a view (_base set) for an intermediate whose metadata was mutated')
 def test_intermediate_metadata_mutated_output_is_not_a_view():
     """An intermediate mutated with transpose_ and returned is a plain tensor in eager, not a view (_is_view/_base)."""
     check_case(
@@ -42,7 +41,6 @@ def f(a):
     )
 
 
-@XFAIL('aotgrad replays the input metadata mutation with grad enabled and raises the leaf in-place error')
 def test_as_strided_on_leaf_under_no_grad():
     """Metadata mutation of a leaf requiring grad under no_grad is legal in eager."""
     check_case(
@@ -296,7 +294,6 @@ def f(a):
     )
 
 
-@XFAIL('aotgrad returns t1 as a view of a CompiledFunction output: out.mul_(2) raises')
 def test_mutating_returned_intermediate_mutated_through_view():
     """t1 mutated through a transpose view and returned; out.mul_(2) afterwards is legal in eager."""
     check_case(
@@ -433,7 +430,6 @@ def f(a, b):
     )
 
 
-@XFAIL('out[0]._base is a hidden tensor and out[1] is a view')
 def test_output_base_is_other_output():
     """t2 = t1.view(1, 1) mutated, return [t2, t1]: out[0]._base is out[1], and out[1] is not a view."""
     check_case(
@@ -526,7 +522,6 @@ def f(a):
     )
 
 
-@XFAIL("out.zero_() raises 'Output 0 of View is a view and is being modified inplace'")
 def test_mutating_returned_view_of_intermediate_mutated_through_deeper_view():
     """t2 = t1.view(1) is mutated through t2.narrow(...).select(...), returned, then zero_()ed by the caller: legal in eager."""
     check_case(
@@ -546,7 +541,6 @@ def f(a):
     )
 
 
-@XFAIL("out.add_(1) raises 'Output 0 of AsStrided is a view and is being modified inplace'")
 def test_mutating_returned_view_of_metadata_mutated_intermediate():
     """t4 = t0.view_as(t0).squeeze() where t0 is later t_()ed; the caller's t4.add_(1) is legal in eager."""
     check_case(
@@ -565,7 +559,6 @@ def f(a):
     )
 
 
-@XFAIL('aotgrad returns views for the matmul result; detach_() raises')
 def test_matmul_of_aliased_inputs_is_not_a_view():
     """d @ c where inputs alias each other returns a fresh tensor; the caller may detach_() it."""
     check_case(

@@ -1,0 +1,65 @@
+"""Random ops that draw exactly the numbers eager draws, under a fixed seed.
+
+Eager CPU dropout is ``noise = empty_like(x).bernoulli_(1 - p)``: the in-place fill walks
+``x``'s own memory layout. Functionalization turns that into the functional
+``aten.bernoulli.p``, whose kernel allocates a *contiguous* tensor, so a non-contiguous ``x``
+(a transposed attention output, say) gets a different mask than eager. :class:`EagerRandomness`
+reroutes ``torch.dropout`` through ``aotgrad::bernoulli_like``, a functional op whose kernel is
+eager's own fill, so the traced graph consumes the generator exactly as eager does.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+__all__ = ["EagerRandomness", "bernoulli_like"]
+
+
+@torch.library.custom_op(
+    "aotgrad::bernoulli_like", mutates_args=(), tags=(torch.Tag.nondeterministic_seeded,)
+)
+def bernoulli_like(x: torch.Tensor, p: float) -> torch.Tensor:
+    """``empty_like(x).bernoulli_(p)``: eager's fill order for ``x``'s layout."""
+    return torch.empty_like(x).bernoulli_(p)
+
+
+@bernoulli_like.register_fake
+def _(x: torch.Tensor, p: float) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+_DROPOUTS = {torch.dropout, torch._C._VariableFunctions.dropout}
+_DROPOUTS_INPLACE = {torch.dropout_, torch._C._VariableFunctions.dropout_}
+_FUNCTIONAL_DROPOUT = torch.nn.functional.dropout
+
+
+class EagerRandomness(TorchFunctionMode):
+    """Rewrites CPU ``dropout`` into eager's own decomposition around ``bernoulli_like``.
+
+    Same values as ``at::native::_dropout_impl``: ``noise = bernoulli_like(x, 1 - p) / (1 - p)``
+    then ``x * noise``. Other cases (p of 0 or 1, eval mode, empty input) are left to torch.
+    """
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is _FUNCTIONAL_DROPOUT:
+            x, p, train, inplace = _bind(args, kwargs, ("input", "p", "training", "inplace"), (0.5, True, False))
+        elif func in _DROPOUTS or func in _DROPOUTS_INPLACE:
+            x, p, train = _bind(args, kwargs, ("input", "p", "train"), ())
+            inplace = func in _DROPOUTS_INPLACE
+        else:
+            return func(*args, **kwargs)
+        if train and 0 < p < 1 and x.numel() > 0 and x.device.type == "cpu" and x.is_floating_point():
+            noise = bernoulli_like(x.detach(), 1 - p).div_(1 - p)
+            return x.mul_(noise) if inplace else x * noise
+        return func(*args, **kwargs)
+
+
+def _bind(args: tuple, kwargs: dict, names: tuple, defaults: tuple) -> list:
+    """Positional values of ``names`` from args/kwargs, trailing ones defaulted."""
+    values = list(args)
+    first_default = len(names) - len(defaults)
+    for k in range(len(args), len(names)):
+        values.append(kwargs[names[k]] if names[k] in kwargs else defaults[k - first_default])
+    return values
