@@ -131,8 +131,9 @@ class InductorCompiler:
                 fake_mode.from_tensor(x) if isinstance(x, torch.Tensor) else x
                 for x in example_inputs
             ]
-        # Inductor reads the fake mode from the active TracingContext and insists that it is
-        # the inputs' mode; an enclosing context of another trace (Dynamo's) must not leak in.
+        # Inductor takes the fake mode from the active TracingContext when there is one
+        # (before looking at the inputs); an enclosing context of another trace (Dynamo's)
+        # must not leak its mode in.
         context = TracingContext.try_get()
         if context is None or context.fake_mode is not fake_mode:
             context = TracingContext(fake_mode)
