@@ -202,3 +202,28 @@ def test_compiles_inside_a_foreign_tracing_context():
     (x @ ref_w).relu().sum().backward()
     torch.testing.assert_close(out, (x @ ref_w).relu())
     torch.testing.assert_close(w.grad, ref_w.grad)
+
+
+@pytest.mark.slow
+def test_conv_batchnorm_module_training_step_matches_eager():
+    """Buffer mutation (BatchNorm running stats) through aot_module with Inductor."""
+    from aotgrad.module import aot_module
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU()
+    )
+    ref = copy.deepcopy(model)
+    compiled = aot_module(model, inductor, inference_compiler=inductor_inference)
+    x = torch.randn(2, 3, 6, 6)
+    for _ in range(2):
+        compiled(x).square().mean().backward()
+        ref(x).square().mean().backward()
+    for (name, a), b in zip(model.state_dict().items(), ref.state_dict().values()):
+        torch.testing.assert_close(a, b, msg=name)
+    for a, b in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(a.grad, b.grad)
+    model.eval()
+    ref.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), ref(x))
