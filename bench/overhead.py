@@ -24,13 +24,12 @@ ours are unavailable; the column header says which).
 
 from __future__ import annotations
 
-import contextlib
 import cProfile
 import io
 import pstats
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 from _common import (
     fmt, ours_aot_function, ours_aot_module, parse_args, print_table, ratio,
