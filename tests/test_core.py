@@ -489,3 +489,63 @@ def test_torch_default_partitioner_works_unchanged():
     check(f, lambda: (rg(3, 4), rg(4, 5)), compiled=cf, mutate_outputs=False)
     bw = cf.entries[0].graphs["backward"].code
     assert "aten.mm" in bw and bw.count("aten.mm") == 2  # only the two grad matmuls
+
+
+def test_unused_random_op_still_draws():
+    def f(x):
+        torch.rand(3)  # unused, but it advances the generator in eager
+        return x + torch.rand(3)
+
+    cf = aotgrad.aot_function(f, nop)
+    x = torch.randn(3)
+    torch.manual_seed(0)
+    out = cf(x)
+    torch.manual_seed(0)
+    torch.testing.assert_close(out, f(x))
+
+
+def test_dropout_on_non_contiguous_input_matches_eager_mask():
+    def f(x):
+        return torch.nn.functional.dropout(x.t(), 0.5)
+
+    cf = aotgrad.aot_function(f, nop)
+    x = rg(4, 6)
+    torch.manual_seed(0)
+    a = cf(x)
+    torch.manual_seed(0)
+    b = f(x)
+    torch.testing.assert_close(a, b)
+    a.sum().backward()
+    ga = x.grad.clone()
+    x.grad = None
+    b.sum().backward()
+    torch.testing.assert_close(ga, x.grad)
+
+
+def test_input_unused_by_outputs_keeps_grad_none():
+    def f(a, b):
+        b.copy_(b.sum(0, keepdim=True))
+        return (a * 2).sum()
+
+    leaf_a, leaf_b = rg(3), rg(1, 3)
+    cf = aotgrad.aot_function(f, nop)
+    cf(leaf_a, leaf_b.mul(1)).backward()
+    assert leaf_b.grad is None
+    torch.testing.assert_close(leaf_a.grad, torch.full((3,), 2.0))
+
+
+def test_detach_inplace_of_input_is_rejected_clearly():
+    def f(a):
+        a.detach_()
+        return a * 2
+
+    with pytest.raises(aotgrad.AotgradCompileError, match="detached in place"):
+        aotgrad.aot_function(f, nop)(rg(3).mul(1))
+
+
+def test_mutation_through_detached_alias_is_hidden_from_autograd():
+    def f(a, w):
+        a.detach().add_(1)
+        return a * w
+
+    check(f, lambda: (rg(3), rg(3)))

@@ -157,6 +157,7 @@ def analyze(
     mode = FunctionalTensorMode()
     with fake_mode, mode:
         f_inputs = [to_functional(t) for t in fake_inputs]
+    grad_fns_before = [f.grad_fn for f in f_inputs]
     try:
         with contextlib.ExitStack() as stack:
             stack.enter_context(fake_mode)
@@ -183,7 +184,14 @@ def analyze(
         under_no_grad = torch._functionalize_are_all_mutations_under_no_grad_or_inference_mode(
             f.elem
         )
-        visible = data and not under_no_grad and (fake.requires_grad or f.requires_grad)
+        if fake.requires_grad and not f.requires_grad:
+            raise AotgradCompileError(
+                f"aotgrad: input {i} is detached in place (detach_()/requires_grad_(False)); "
+                "this is not supported. Detach it before the call, or use .detach()."
+            )
+        # Autograd saw a data mutation exactly when it gave the input a new grad_fn: one
+        # under no_grad, or through a detach()ed alias, leaves it as it was.
+        visible = data and not under_no_grad and f.grad_fn is not grad_fns_before[i]
         input_info.append(
             InputInfo(
                 mutates_data=data,
@@ -232,6 +240,8 @@ def analyze(
             )
         common = dict(
             requires_grad=o.requires_grad,
+            # eager's view was made under no_grad: it reports requires_grad but has no grad_fn
+            no_grad_view=o._base is not None and o.requires_grad and _grad_fn(o, fake_mode, mode) is None,
             size=tuple(o.shape),
             stride=tuple(o.stride()),
             storage_offset=o.storage_offset(),
@@ -317,6 +327,16 @@ def analyze(
     fw_values += [out_leaves[j]._base for j in base_sources]
     avals = tuple((tuple(v.shape), v.dtype) for v in fw_values)
     return Analysis(metadata, out_spec, tuple(base_sources), avals)
+
+
+def _grad_fn(t: torch.Tensor, fake_mode: FakeTensorMode, mode: FunctionalTensorMode) -> Any:
+    """``t.grad_fn``; reading it may regenerate a view's grad_fn, which runs ops (and may
+    raise as in eager, e.g. a no_grad view whose base was modified: taken as no grad_fn)."""
+    try:
+        with fake_mode, mode:
+            return t.grad_fn
+    except RuntimeError:
+        return None
 
 
 def _is_tracing_limitation(exc: BaseException) -> bool:

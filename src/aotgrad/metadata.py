@@ -88,6 +88,8 @@ class OutputInfo:
     storage_offset: int = 0
     dtype: Optional[torch.dtype] = None
     duplicate_of: Optional[int] = None
+    #: a view made under no_grad of a base that requires grad (no grad_fn, as in eager)
+    no_grad_view: bool = False
     view_source: Any = field(default=None, compare=False, repr=False)
     constant: Any = field(default=None, compare=False)
 

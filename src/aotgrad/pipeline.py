@@ -179,6 +179,7 @@ def compile_entry(fn: Callable, leaves: list[Any], spec: pytree.TreeSpec, config
             tangent_positions=joint.tangent_positions,
             tangent_meta=tuple(avals[p] for p in joint.tangent_positions),
             saved_inputs_to_clone=to_clone,
+            grad_tangent_deps=_tangent_dependencies(bw_module),
         )
         runtime = build_runtime(
             md, analysis.out_spec, _direct(fw_callable), backward, **_aliasing_runtime(input_aliasing, call_analysis)
@@ -271,6 +272,24 @@ def _aliasing_runtime(input_aliasing: Optional[InputAliasing], call_analysis: An
             (i, info[i].new_view) for i in merged if info[i].mutates_metadata
         ),
     }
+
+
+def _tangent_dependencies(bw_module: torch.fx.GraphModule) -> tuple[frozenset[int], ...]:
+    """For each output of the backward graph, which tangents (by order) it depends on."""
+    tangents = [n for n in bw_module.graph.nodes if n.op == "placeholder" and n.name.startswith("tangents")]
+    index = {n: k for k, n in enumerate(tangents)}
+    deps: dict[torch.fx.Node, frozenset[int]] = {}
+    for n in bw_module.graph.nodes:
+        if n in index:
+            deps[n] = frozenset((index[n],))
+        else:
+            acc: frozenset[int] = frozenset()
+            for a in n.all_input_nodes:
+                acc |= deps.get(a, frozenset())
+            deps[n] = acc
+    out = next(n for n in reversed(bw_module.graph.nodes) if n.op == "output")
+    grads = out.args[0] if isinstance(out.args[0], (list, tuple)) else [out.args[0]]
+    return tuple(deps.get(g, frozenset()) if isinstance(g, torch.fx.Node) else frozenset() for g in grads)
 
 
 def _view_outputs(gm: torch.fx.GraphModule, md: ViewAndMutationMetadata, num_fwd_outputs: Optional[int]) -> tuple[int, ...]:

@@ -46,7 +46,7 @@ def regenerate_alias(base: torch.Tensor, info: OutputInfo) -> torch.Tensor:
     requires_grad is made to match eager's: a view that does not require grad of a base
     that does is replayed under no_grad (as the eager view was made without autograd).
     """
-    hide = base.requires_grad and not info.requires_grad
+    hide = base.requires_grad and (not info.requires_grad or info.no_grad_view)
     prev = torch.is_grad_enabled()
     if hide:
         _set_grad_enabled(False)
@@ -153,6 +153,8 @@ class Writeback:
     data: bool
     metadata: bool
     visible_to_autograd: bool
+    #: (size, stride, storage_offset) after the call, for a metadata mutation
+    new_view: Optional[tuple] = None
 
 
 def _writebacks(metadata: ViewAndMutationMetadata, kept: frozenset[int] = frozenset()) -> tuple[Writeback, ...]:
@@ -162,7 +164,9 @@ def _writebacks(metadata: ViewAndMutationMetadata, kept: frozenset[int] = frozen
         if i in kept:
             continue
         info = metadata.input_info[i]
-        out.append(Writeback(pos, i, info.mutates_data, info.mutates_metadata, info.mutation_visible_to_autograd))
+        out.append(
+            Writeback(pos, i, info.mutates_data, info.mutates_metadata, info.mutation_visible_to_autograd, info.new_view)
+        )
         pos += 1
     return tuple(out)
 
@@ -173,10 +177,12 @@ def apply_writebacks(writebacks: tuple[Writeback, ...], fw_outs: Any, graph_inpu
         new = _unwrap(fw_outs[w.position])
         real = graph_inputs[w.input_index]
         if w.metadata:
-            # As in eager, a metadata change is recorded by autograd only when it sees it; on
-            # a leaf that requires grad eager only allows it under no_grad.
+            # The new size/stride/offset are static (from analysis), not read off the graph's
+            # output: a compiler need not return a view there. As in eager, autograd records
+            # the change only where it sees it; on a leaf that requires grad eager only
+            # allows it under no_grad.
             with torch.set_grad_enabled(torch.is_grad_enabled() and real.requires_grad and not real.is_leaf):
-                real.as_strided_(new.size(), new.stride(), new.storage_offset())
+                real.as_strided_(*w.new_view)
         if w.data:
             if w.visible_to_autograd:
                 real.copy_(new)
@@ -203,6 +209,8 @@ class BackwardSpec:
     tangent_meta: tuple[tuple[tuple[int, ...], torch.dtype], ...]
     #: saved-tensor positions that are graph inputs mutated by the write back (cloned first)
     saved_inputs_to_clone: tuple[int, ...]
+    #: per backward output, the tangent indices it depends on
+    grad_tangent_deps: tuple[frozenset[int], ...] = ()
 
 
 def _make_function(fw_callable: Callable, spec: BackwardSpec, alias_positions: tuple[int, ...], nondiff_positions: tuple[int, ...]) -> type:
@@ -234,14 +242,23 @@ def _make_function(fw_callable: Callable, spec: BackwardSpec, alias_positions: t
         @staticmethod
         def backward(ctx, *grad_outputs):  # type: ignore[override]
             tangents = []
-            for p, (shape, dtype) in zip(tangent_positions, tangent_meta):
+            missing = []
+            for k, (p, (shape, dtype)) in enumerate(zip(tangent_positions, tangent_meta)):
                 g = grad_outputs[p]
                 if g is None:
                     g = torch.zeros(shape, dtype=dtype)
+                    missing.append(k)
                 elif not g.is_contiguous():
                     g = g.contiguous()
                 tangents.append(g)
             grads = bw(*ctx.saved_tensors, *ctx.symints, *tangents)
+            if missing:
+                # As in eager, an input reached only from outputs that got no gradient gets
+                # None, not zeros.
+                unused = set(missing)
+                grads = [
+                    None if deps and deps <= unused else g for g, deps in zip(grads, spec.grad_tangent_deps)
+                ]
             return tuple(grads)
 
     return CompiledFunction

@@ -235,5 +235,18 @@ def trace_inference(
             result.append(from_functional(o))
         return result
 
-    return _trace(inference, (primals,), decompositions, fake_mode)
+    gm = _trace(inference, (primals,), decompositions, fake_mode)
+    # The joint graph is pruned by the partitioner; this one goes to the compiler as is.
+    gm.graph.eliminate_dead_code(is_impure_node=_keep_node)
+    gm.recompile()
+    return gm
+
+
+def _keep_node(node: torch.fx.Node) -> bool:
+    """Dead nodes that must stay: side effects, and random ops (dropping one would shift
+    the generator's stream against eager's)."""
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags:
+        return True
+    return node.is_impure()
 

@@ -78,7 +78,6 @@ def f(a, b, d):
     )
 
 
-@XFAIL("aotgrad raises 'a view of a leaf Variable that requires grad is being used in an in-place operation'")
 def test_inplace_on_detach_of_view_of_leaf():
     """c is a view of a leaf requiring grad; c.detach().sub_(c) is legal in eager."""
     check_case(
@@ -125,7 +124,7 @@ def f(k, a):
     )
 
 
-@XFAIL("aotgrad's output is a plain tensor; reading its grad_fn does not raise")
+@XFAIL('a no_grad view whose base is later modified in place: eager raises when its grad_fn is read; aotgrad rebuilds the view after the write-back')
 def test_no_grad_view_of_input_then_base_mutated_grad_fn_raises():
     """Called under no_grad: an unbind view of an input whose base is then mutated; reading the output's grad_fn/is_leaf afterwards raises in eager."""
     check_case(
@@ -209,7 +208,6 @@ def f(a, b):
     )
 
 
-@XFAIL("aotgrad's output has a grad_fn (gradient flows where eager has none)")
 def test_unbind_of_input_under_no_grad_output():
     """A view of an input created under no_grad is returned: in eager it has no grad_fn, so backward through it raises."""
     check_case(
@@ -278,7 +276,6 @@ def f(a, k):
     )
 
 
-@XFAIL("aotgrad raises setStorage out of bounds (the traced input's storage is only as large as the view)")
 def test_as_strided_view_of_input_beyond_its_numel():
     """as_strided on an input view x[::2] may reach elements of its storage outside the view."""
     check_case(
@@ -330,7 +327,6 @@ def f(a):
     )
 
 
-@XFAIL("aotgrad raises 'a leaf Variable that requires grad is being used in an in-place operation'")
 def test_inplace_on_detach_of_leaf():
     """a.detach().add_(k) on a leaf requiring grad is legal in eager (the mutation bypasses autograd)."""
     check_case(
@@ -345,7 +341,6 @@ def f(a, k):
     )
 
 
-@XFAIL("aotgrad's output has a grad_fn; backward succeeds where eager raises")
 def test_view_of_input_created_under_no_grad_has_no_grad_fn():
     """A view of a leaf input made under no_grad is returned: eager gives it no grad_fn, so backward through it raises."""
     check_case(
@@ -360,7 +355,6 @@ def f(a):
     )
 
 
-@XFAIL("aotgrad raises 'a view of a leaf Variable that requires grad is being used in an in-place operation'")
 def test_copy_into_dtype_view_of_leaf_view():
     """copy_ into x.view(torch.int32) (a non-differentiable view) of a view of a leaf requiring grad is legal in eager."""
     check_case(
@@ -412,7 +406,6 @@ def f(b):
     )
 
 
-@XFAIL('aotgrad sets a (zero) .grad')
 def test_input_grad_stays_none_when_output_does_not_depend_on_it():
     """b is mutated with copy_ but no output depends on it: eager leaves b's base .grad as None."""
     check_case(
@@ -491,7 +484,7 @@ def f(b):
     )
 
 
-@XFAIL("aotgrad's output is usable; no error")
+@XFAIL('a multi-output view invalidated by a later in-place op on its base: eager raises on use; aotgrad rebuilds the view after the write-back')
 def test_multi_output_view_chain_invalidated_by_base_mutation():
     """t1 = c.unbind(0)[1].view(1), then c.sin_(): reading t1.grad_fn (and backward) raises in eager."""
     check_case(
@@ -507,7 +500,6 @@ def f(a, c):
     )
 
 
-@XFAIL('aotgrad leaves the input with strides (4, 1) (a different memory layout)')
 def test_t__then_data_mutation_of_input_keeps_strides():
     """a.t_(); a.masked_fill_(...): the input keeps eager's transposed strides (1, 2)."""
     check_case(
@@ -610,7 +602,7 @@ def f(a):
     )
 
 
-@XFAIL('aotgrad does not raise')
+@XFAIL('a no_grad view invalidated by a later in-place op through a detached alias: eager raises; aotgrad rebuilds the view after the write-back')
 def test_no_grad_views_then_as_strided_on_detached_alias():
     """Views of an input made under no_grad, then as_strided_ on a detach of one of them: eager's backward through them raises."""
     check_case(
@@ -798,7 +790,6 @@ def f(a, b):
     )
 
 
-@XFAIL('aotgrad writes the wrong base elements and gives the input stride (1, 1)')
 def test_data_then_noop_squeeze__on_as_strided_input():
     """a = x.as_strided((1, 2), (2, 3), 0); a.mul_(2); a.squeeze_(1): the write-back must hit x[0] and x[3]."""
     check_case(
@@ -1233,7 +1224,6 @@ def f(a, b):
     )
 
 
-@XFAIL('wrong base values and strides (1, 3, 3)')
 def test_transpose__then_clamp__on_strided_input():
     """a = x[::2]; a.transpose_(0, 2); a.clamp_(...): the clamp must land on x's rows 0 and 2, and a keeps strides (1, 3, 6)."""
     check_case(
