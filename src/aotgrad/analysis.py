@@ -26,7 +26,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 from torch.overrides import TorchFunctionMode
 
-from .errors import AotgradCompileError, compile_error_from
+from .errors import AotgradCompileError, compile_error_from, current_user_line
 from .rng import EagerRandomness
 from .metadata import InputInfo, OutputInfo, OutputType, ViewAndMutationMetadata
 
@@ -119,6 +119,19 @@ class _EagerChecks(TorchFunctionMode):
             and torch.is_grad_enabled()
         ):
             raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
+        if (
+            name.endswith("_")
+            and not name.endswith("__")
+            and args
+            and isinstance(args[0], FunctionalTensor)
+            and any(st == 0 and sz > 1 for sz, st in zip(args[0].shape, args[0].stride()))
+        ):
+            raise AotgradCompileError(
+                f"aotgrad: in-place {name} on an expanded view (a dimension of stride 0) at "
+                f"{current_user_line()}: functionalization cannot express a write through memory that "
+                "overlaps itself. Write into a contiguous tensor (e.g. .contiguous() or clone()) "
+                "instead."
+            )
         for t in pytree.tree_leaves((args, kwargs)):
             if (
                 isinstance(t, torch.Tensor)

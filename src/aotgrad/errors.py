@@ -9,7 +9,7 @@ from typing import Optional
 
 import torch
 
-__all__ = ["AotgradCompileError", "user_frame", "compile_error_from"]
+__all__ = ["AotgradCompileError", "user_frame", "where", "current_user_line", "compile_error_from"]
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _AOTGRAD_DIR = os.path.dirname(__file__)
@@ -20,22 +20,34 @@ class AotgradCompileError(RuntimeError):
     so the caller's tensors are untouched."""
 
 
-def user_frame(tb: Optional[TracebackType]) -> Optional[traceback.FrameSummary]:
-    """The innermost frame of ``tb`` that belongs to neither torch nor aotgrad."""
+def _innermost_user_frame(frames: traceback.StackSummary) -> Optional[traceback.FrameSummary]:
     found = None
-    for frame in traceback.extract_tb(tb):
+    for frame in frames:
         f = os.path.abspath(frame.filename)
         if not (f.startswith(_TORCH_DIR) or f.startswith(_AOTGRAD_DIR)):
             found = frame
     return found
 
 
-def where(tb: Optional[TracebackType]) -> str:
-    """``file:line (code)`` of the user's frame in ``tb``, or a placeholder."""
-    frame = user_frame(tb)
+def user_frame(tb: Optional[TracebackType]) -> Optional[traceback.FrameSummary]:
+    """The innermost frame of ``tb`` that belongs to neither torch nor aotgrad."""
+    return _innermost_user_frame(traceback.extract_tb(tb))
+
+
+def _describe(frame: Optional[traceback.FrameSummary]) -> str:
     if frame is None:
         return "<unknown location>"
     return f'{frame.filename}:{frame.lineno} in {frame.name}: "{(frame.line or "").strip()}"'
+
+
+def where(tb: Optional[TracebackType]) -> str:
+    """``file:line in fn: "code"`` of the user's frame in ``tb``, or a placeholder."""
+    return _describe(user_frame(tb))
+
+
+def current_user_line() -> str:
+    """``file:line in fn: "code"`` of the user's code now running (called from inside a trace)."""
+    return _describe(_innermost_user_frame(traceback.extract_stack()))
 
 
 def compile_error_from(exc: BaseException, what: str) -> AotgradCompileError:
