@@ -513,3 +513,88 @@ def test_buffer_updates_on_the_inference_path(keep):
             _close(cm(x), ref(x))
     _state_close(m, ref)
     assert int(m[1].num_batches_tracked) == 3
+
+
+# --- the per-call state snapshot is cached: every way of changing the tree is still seen -----
+
+
+class _ScaleShift(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+        self.register_buffer("shift", torch.ones(3))
+
+    def forward(self, x):
+        return self.lin(x) + self.shift
+
+
+def _run_both(cm, m, x):
+    _close(cm(x), m(x))
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "reassign_param",
+        "param_to_none_and_back",
+        "swap_submodule",
+        "apply_replaces_buffers",
+        "direct_buffer_write",
+        "del_and_readd_buffer",
+        "replace_param_in_dict",
+        "tie_then_untie",
+        "child_eval",
+    ],
+)
+@pytest.mark.parametrize("check", ["cpp_guard", "python_fingerprint"])
+def test_cached_snapshot_sees_changes_of_the_module_tree(change, check, monkeypatch):
+    import aotgrad.module as module_impl
+
+    if check == "python_fingerprint":
+        monkeypatch.setattr(module_impl, "_state_guard", lambda modules: None)
+    torch.manual_seed(0)
+    m = _ScaleShift()
+    cm = aot_module(m, nop)
+    x = torch.randn(2, 3)
+    for _ in range(2):  # the second call runs off the cached snapshot
+        _run_both(cm, m, x)
+    cache = cm._compiled_forward._cache
+    assert (cache._guard is not None) == (check == "cpp_guard") and cache.valid()
+    if change == "reassign_param":
+        m.lin.weight = nn.Parameter(torch.randn(3, 3))
+    elif change == "param_to_none_and_back":
+        m.lin.bias = None
+        _run_both(cm, m, x)
+        m.lin.bias = nn.Parameter(torch.randn(3))
+    elif change == "swap_submodule":
+        m.lin = nn.Linear(3, 3)
+    elif change == "apply_replaces_buffers":
+        # Module._apply stores fn(buf) straight into _buffers: no registration hook runs.
+        m._apply(lambda t: t.clone() * 3 if t.dim() == 1 and t is m.shift else t)
+    elif change == "direct_buffer_write":
+        m._buffers["shift"] = torch.full((3,), 5.0)
+    elif change == "del_and_readd_buffer":
+        del m.shift
+        m.register_buffer("shift", torch.full((3,), -2.0))
+    elif change == "replace_param_in_dict":
+        # a plain dict write, no registration hook
+        w = m.lin._parameters.pop("bias")
+        m.lin._parameters["bias"] = nn.Parameter(w.detach() + 1)
+    elif change == "tie_then_untie":
+        m.b2 = m.lin.bias  # one parameter under two names
+        _run_both(cm, m, x)
+        m.b2 = nn.Parameter(torch.zeros(3))
+    elif change == "child_eval":
+        m.lin.eval()
+    for _ in range(2):
+        _run_both(cm, m, x)
+    # gradients reach the current parameters
+    cm(x).sum().backward()
+    ref = copy.deepcopy(m)
+    for p in ref.parameters():
+        p.grad = None
+    ref(x).sum().backward()
+    for (n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
+        assert (p.grad is None) == (q.grad is None), n
+        if p.grad is not None:
+            _close(p.grad, q.grad)

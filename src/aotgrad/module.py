@@ -26,14 +26,17 @@ first, in ``named_parameters`` / ``named_buffers`` order.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import inspect
 import linecache
 import logging
+import operator
 import os
 import traceback
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
@@ -69,7 +72,7 @@ class _StateLayout:
 
 def _preorder(root: nn.Module) -> list[nn.Module]:
     """``named_modules(remove_duplicate=False)``'s order, without building name strings
-    (this runs on every call; the names are only needed on a cache miss)."""
+    (the names are only needed on a cache miss)."""
     out: list[nn.Module] = []
     stack = [root]
     while stack:
@@ -84,8 +87,9 @@ def _preorder(root: nn.Module) -> list[nn.Module]:
 def _snapshot(root: nn.Module) -> tuple[tuple, list[torch.Tensor]]:
     """Walk ``root`` once: return (cache key, distinct state tensors in slot order).
 
-    This runs on every call, so it builds only the key (ids, flags, attribute names) and
-    the tensor list; the full :class:`_StateLayout` is built by :func:`_layout` on a miss.
+    This runs whenever :class:`_SnapshotCache` finds the tree changed, so it builds only the
+    key (ids, flags, attribute names) and the tensor list; the full :class:`_StateLayout`
+    is built by :func:`_layout` on a miss of the entry cache.
     """
     module_key: list[tuple[int, bool]] = []
     param_slot: dict[int, int] = {}
@@ -112,6 +116,95 @@ def _snapshot(root: nn.Module) -> tuple[tuple, list[torch.Tensor]]:
             buffer_locs.append((i, attr, slot))
     key = (tuple(module_key), tuple(param_locs), tuple(buffer_locs))
     return key, params + buffers
+
+
+_STATE_DICTS = ("_parameters", "_buffers", "_modules")
+_state_dicts = operator.attrgetter(*_STATE_DICTS)
+_training = operator.attrgetter("training")
+_flatten = chain.from_iterable
+_dict_values = dict.values
+
+
+def _fingerprint(modules: tuple[nn.Module, ...]) -> tuple[list, list, list, list]:
+    """What a snapshot depends on, in C-level loops: each module's ``training`` flag and,
+    over every module's ``_parameters``, ``_buffers`` and ``_modules`` dicts in turn, the
+    dict sizes, keys and the ids of the values (state tensors, child modules, None)."""
+    dicts = list(_flatten(map(_state_dicts, modules)))
+    return (
+        list(map(_training, modules)),
+        list(map(len, dicts)),
+        list(_flatten(dicts)),
+        list(map(id, _flatten(map(_dict_values, dicts)))),
+    )
+
+
+def _state_guard(modules: tuple[nn.Module, ...]) -> Optional[Callable[[tuple], bool]]:
+    """A C++ check (dynamo's guard manager) that ``modules``' state dicts are the same
+    objects, unmodified since now (``DICT_VERSION``: CPython bumps a dict's version tag on
+    every write), and that their ``training`` flags are the same objects. None when the
+    modules do not keep these in their instance ``__dict__`` or the guard API is missing;
+    the caller then compares :func:`_fingerprint` instead."""
+    try:
+        from torch._C._dynamo.guards import RootGuardManager
+        from torch._dynamo.guards import GuardManagerType
+
+        kind = GuardManagerType.GUARD_MANAGER
+        root = RootGuardManager()
+        for i, m in enumerate(modules):
+            attrs = m.__dict__
+            if not all(a in attrs for a in _STATE_DICTS + ("training",)):
+                return None
+            src = f"modules[{i}]"
+            mgr = root.tuple_getitem_manager(i, src, m, kind)
+            mgr.add_id_match_guard(id(m), [f"id({src})"], None)
+            d = mgr.get_generic_dict_manager(f"{src}.__dict__", attrs, kind)
+            for a in _STATE_DICTS:
+                v = attrs[a]
+                if type(v) not in (dict, collections.OrderedDict):
+                    return None
+                am = d.dict_getitem_manager(a, f"{src}.{a}", v, kind)
+                am.add_id_match_guard(id(v), [f"id({src}.{a})"], None)
+                am.add_dict_version_guard(v, [f"dict_version({src}.{a})"], None)
+            t = attrs["training"]
+            d.dict_getitem_manager("training", f"{src}.training", t, kind).add_id_match_guard(
+                id(t), [f"id({src}.training)"], None
+            )
+        if not root.check(modules):
+            return None
+        return root.check
+    except Exception:  # noqa: BLE001 - a private API; the fingerprint is always correct
+        log.debug("aot_module: no C++ state guard, using the Python fingerprint", exc_info=True)
+        return None
+
+
+class _SnapshotCache:
+    """The last :func:`_snapshot` of a module tree, and a check that it still holds.
+
+    A snapshot depends on each module's ``training`` flag and on the contents of its
+    ``_parameters``, ``_buffers`` and ``_modules`` dicts; the preorder walk itself is fixed
+    by the root and each module's children. So the check is: the modules of the last walk
+    have the same flags and the same, unmodified dicts (:func:`_state_guard`, in C++;
+    else :func:`_fingerprint`, re-read and compared). The cache holds the modules, their
+    dicts and the state tensors, so no id it compares can be reused by a new object.
+
+    Torch's global module/parameter/buffer registration hooks would not be enough:
+    ``Module._apply`` (``.to()``, ``.double()``) stores new buffers straight into
+    ``_buffers``, and ``del module.name`` runs no hook. Both modify a dict, so both are seen.
+    """
+
+    __slots__ = ("modules", "dicts", "key", "state", "_guard", "_fingerprint")
+
+    def __init__(self, root: nn.Module) -> None:
+        self.modules = tuple(_preorder(root))
+        self.key, self.state = _snapshot(root)
+        self.dicts = tuple(map(_state_dicts, self.modules))
+        self._guard = _state_guard(self.modules)
+        self._fingerprint = None if self._guard is not None else _fingerprint(self.modules)
+
+    def valid(self) -> bool:
+        if self._guard is not None:
+            return self._guard(self.modules)
+        return _fingerprint(self.modules) == self._fingerprint
 
 
 def _layout(root: nn.Module, key: tuple) -> _StateLayout:
@@ -280,15 +373,17 @@ def _describe_forward(root: nn.Module) -> str:
 class _CompiledForward:
     """The callable both entry points return: ``(*user_args, **kwargs) -> forward(...)``.
 
-    Holds one aot_function per :class:`_StateLayout` key. Every call walks the module
-    tree once (:func:`_snapshot`), picks the entry and calls it with the state tensors
-    prepended; aot_function then handles input metadata, grad mode, mutations and aliasing.
+    Holds one aot_function per :class:`_StateLayout` key. A call checks that the module
+    tree is as at the last call (:class:`_SnapshotCache`; else it walks it again with
+    :func:`_snapshot`), picks the entry and calls it with the state tensors prepended;
+    aot_function then handles input metadata, grad mode, mutations and aliasing.
     """
 
     def __init__(self, root: nn.Module, aot_kwargs: dict[str, Any]):
         self.root = root
         self.aot_kwargs = aot_kwargs
         self.entries: dict[tuple, tuple[_StateLayout, Callable]] = {}
+        self._cache: Optional[_SnapshotCache] = None
 
     def __deepcopy__(self, memo: dict) -> "_CompiledForward":
         # Entries close over the original modules; a copy must trace its own.
@@ -304,7 +399,9 @@ class _CompiledForward:
             state, args = flat[:n_state], flat[n_state:]
             with _swapped_state(layout, state) as reassigned:
                 out = root(*args, **kwargs)
-            return out, reassigned
+            # A 1-tuple when nothing was reassigned (the common case): a tuple of tensors
+            # is packed without a pytree walk on every call.
+            return (out, reassigned) if reassigned else (out,)
 
         log.info(
             "aot_module: new entry for %s (%d params, %d buffers, %d modules, training=%s)",
@@ -315,20 +412,26 @@ class _CompiledForward:
         return layout, compiled
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        key, state = _snapshot(self.root)
-        entry = self.entries.get(key)
+        cache = self._cache
+        if cache is None or not cache.valid():
+            cache = self._cache = _SnapshotCache(self.root)
+        entry = self.entries.get(cache.key)
         if entry is None:
-            entry = self.entries[key] = self._entry(key)
+            entry = self.entries[cache.key] = self._entry(cache.key)
         layout, compiled = entry
         try:
-            out, reassigned = compiled(*state, *args, **kwargs)
+            result = compiled(*cache.state, *args, **kwargs)
         except Exception as e:
             self._explain_call_error(e, args, kwargs)
             _note_user_line(e, _describe_forward(self.root))  # unchanged, plus the line
             raise
+        if len(result) == 1:
+            return result[0]
+        out, reassigned = result
+        locations = _locations(layout)
         for n, value in reassigned.items():
             # forward() did `self.buf = new_tensor`: do the same to the real module.
-            i, attr, _ = _locations(layout)[n]
+            i, attr, _ = locations[n]
             layout.modules[i]._buffers[attr] = value
         return out
 
