@@ -137,10 +137,15 @@ class Result:
 
     @property
     def signature(self) -> str:
-        """A short, index-free name for the first difference, to group failures."""
+        """A short, index-free name for the failure, to group failures.
+
+        That of the first difference, except that wrong values win: a case whose first
+        difference is, say, a stride but whose values also differ is a wrong-values case (the
+        most important kind), and grouping and minimization must not file it under strides."""
         if not self.diffs:
             return "ok"
-        return signature_of(self.diffs[0])
+        sigs = [signature_of(d) for d in self.diffs]
+        return next((s for s in sigs if s.endswith(" values")), sigs[0])
 
     def report(self) -> str:
         lines = list(self.diffs)

@@ -41,35 +41,41 @@ def _impl():
 
 # signature prefix -> regression tests (test_fuzz_regressions.py) that track it
 KNOWN: dict[str, list[str]] = {
-    "call.output.is_view": ["test_intermediate_metadata_mutated_output_is_not_a_view", "test_dtype_view_of_no_grad_views_of_input"],
-    "call.output._base": ["test_output_base_is_other_output"],
-    "call.output.is_leaf": ["test_no_grad_view_of_input_then_base_mutated_grad_fn_raises"],
+    "call.output.is_view": ["test_dtype_view_of_no_grad_views_of_input", "test_metadata_mutated_detach_of_input_is_not_a_view"],
+    "call.output._base": ["test_split_of_detached_alias_base_after_input_t_"],
+    "call.output.is_leaf": ["test_no_grad_view_of_input_then_base_mutated_grad_fn_raises", "test_multi_output_view_chain_invalidated_by_base_mutation", "test_no_grad_views_then_as_strided_on_detached_alias"],
     "call.output.requires_grad": ["test_detach_output_of_metadata_mutated_input", "test_detach_then_inplace_with_grad_operands_requires_grad"],
-    "call.output.stride": ["test_ones_like_of_expanded_narrow_strides"],
-    "call.output values": ["test_mutation_through_view_of_input_after_as_strided_"],
-    "call.argN.stride": ["test_t__on_noncontiguous_input_strides"],
-    "call.argN.requires_grad": ["test_detach__on_non_leaf_input"],
-    "call.argN values": ["test_fill__through_expanded_view_of_input"],
-    "call.baseN.stride": ["test_t__then_data_mutation_of_input_keeps_strides"],
-    "call.baseN.requires_grad": ["test_detach__on_input_under_no_grad_call", "test_detach__on_leaf_input_then_used"],
-    "call.baseN values": ["test_transpose__then_clamp__on_strided_input", "test_data_then_noop_squeeze__on_as_strided_input"],
-    "backward.baseN.grad": ["test_no_grad_view_chain_blocks_gradient", "test_input_grad_stays_none_when_output_does_not_depend_on_it", "test_grad_strides_of_permuted_input_with_no_grad_metadata_mutation"],
-    "backward: eager raised, impl did not": ["test_view_of_input_created_under_no_grad_has_no_grad_fn", "test_unsqueeze__under_no_grad_then_backward_shape_error", "test_multi_output_view_chain_invalidated_by_base_mutation", "test_no_grad_views_then_as_strided_on_detached_alias"],
+    "call.output.stride": ["test_ones_like_of_expanded_narrow_strides", "test_inplace_add_on_intermediate_of_strided_input_keeps_strides"],
+    "call.output values": ["test_mutation_through_view_of_input_after_as_strided_", "test_view_of_transposed_input_after_masked_fill__and_metadata_mutation"],
+    "backward.baseN.grad values": ["test_grad_mode_view_of_no_grad_view_of_input_corrupts_input_grad", "test_grad_mode_view_of_no_grad_view_of_intermediate_corrupts_input_grad"],
+    "backward.baseN.grad.stride": ["test_t__on_noncontiguous_input_strides", "test_grad_strides_of_permuted_input_with_no_grad_metadata_mutation"],
+    "backward.baseN.grad.shape": ["test_grad_shape_of_leaf_unsqueezed_under_no_grad", "test_grad_shape_of_leaf_unsqueezed_under_no_grad_through_flatten_alias"],
+    "call.baseN values": ["test_data_mutation_through_view_of_input_moved_by_as_strided_", "test_data_mutation_then_as_strided__of_detached_input"],
+    "call.argN values": ["test_mutation_of_alias_after_as_strided__of_other_alias"],
+    "backward: impl raised, eager did not: RuntimeError: A view was created in no_grad mode and its base": ["test_t__on_non_leaf_input_then_matmul_backward"],
+    "backward: eager raised, impl did not: RuntimeError: one of the variables needed": ["test_backward_after_mutating_returned_input_saved_by_relu_"],
+    "backward: eager raised, impl did not: RuntimeError: Function AsStridedBackwardN": ["test_backward_through_reshape_of_input_unsqueezed_under_no_grad"],
+    "backward.baseN.grad kind": ["test_no_grad_view_chain_blocks_gradient"],
+    "backward: eager raised, impl did not: RuntimeError: invalid gradient": ["test_unsqueeze__under_no_grad_then_backward_shape_error"],
+    "backward: eager raised, impl did not: RuntimeError: Trying to use a saved tensor that has been detac": ["test_backward_after_detach__of_output_saved_for_backward"],
     "backward: impl raised, eager did not: RuntimeError: one of the variables needed": ["test_unsqueeze__on_detached_alias_of_input_passed_twice"],
+    "backward: impl raised, eager did not: RuntimeError: element N of tensors does not require grad": ["test_detach_then_mul__by_input_requires_grad"],
     "call: eager raised, impl did not: RuntimeError: unsupported operation: some elements": ["test_overlapping_inplace_add_raises"],
-    "call: impl raised, eager did not: AotgradCompileError: aotgrad could not trace": ["test_detach__on_leaf_input", "test_unneeded_backward_with_version_error_does_not_raise_at_call", "test_views_between_two_unsqueeze__of_intermediate"],
+    "call: impl raised, eager did not: AotgradCompileError: aotgrad could not trace": ["test_unneeded_backward_with_version_error_does_not_raise_at_call", "test_views_between_two_unsqueeze__of_intermediate", "test_backward_of_mutated_input_not_traced_unless_needed"],
+    "call: impl raised, eager did not: AotgradCompileError: aotgrad: input N is detached in place": ["test_detach__on_leaf_input", "test_detach__on_input_under_no_grad_call", "test_detach__on_leaf_input_then_used", "test_detach__on_non_leaf_input", "test_detach__then_view_of_leaf_input"],
+    "call: impl raised, eager did not: AotgradCompileError: aotgrad: in-place": ["test_zero__on_expanded_input", "test_fill__through_expanded_view_of_input", "test_masked_fill__through_expand_of_as_strided__input"],
     "call: impl raised, eager did not: AotgradCompileError: aotgrad: inputs [..] share storage": ["test_aliased_inputs_without_common_base"],
     "call: impl raised, eager did not: RuntimeError: During torch.compile, encountered a mutation": ["test_mutation_through_as_strided_view_chain"],
-    "call: impl raised, eager did not: RuntimeError: a leaf Variable that requires grad": ["test_as_strided_on_leaf_under_no_grad", "test_inplace_on_detach_of_leaf"],
-    "call: impl raised, eager did not: RuntimeError: a view of a leaf Variable that requires grad": ["test_inplace_on_detach_of_view_of_leaf", "test_copy_into_dtype_view_of_leaf_view", "test_inplace_on_detach_input_alias_of_leaf"],
-    "call: impl raised, eager did not: RuntimeError: unsupported operation: more than one element": ["test_zero__on_expanded_input"],
+    "call: impl raised, eager did not: RuntimeError: a view of a leaf Variable that requires grad": ["test_inplace_on_detach_input_alias_of_leaf"],
     "call: impl raised, eager did not: RuntimeError: The expanded size": ["test_expand_view_replayed_after_base_t_"],
     "call: impl raised, eager did not: IndexError: select()": ["test_view_of_intermediate_mutated_after_base_as_strided_"],
     "call: impl raised, eager did not: RuntimeError: Output N of Unbind is a view": ["test_inplace_on_unbind_output_of_non_grad_alias"],
     "call: impl raised, eager did not: RuntimeError: Output N of Split is a view": ["test_no_grad_inplace_on_split_output_of_detached_alias"],
-    "call: impl raised, eager did not: RuntimeError: setStorage": ["test_as_strided_view_of_input_beyond_its_numel"],
-    "post: impl raised, eager did not: RuntimeError: Output N of": ["test_mutating_returned_intermediate_mutated_through_view", "test_mutating_returned_view_of_intermediate_mutated_through_deeper_view", "test_mutating_returned_view_of_metadata_mutated_intermediate"],
-    "post: impl raised, eager did not: RuntimeError: Can't detach views in-place": ["test_matmul_of_aliased_inputs_is_not_a_view"],
+    "call: impl raised, eager did not: RuntimeError: setStorage": ["test_as_strided__on_input_view_reaching_past_its_extent"],
+    "call: impl raised, eager did not: RuntimeError: a leaf Variable that requires grad": ["test_detach__then_unsqueeze__of_leaf_input_with_unbind_views"],
+    "call: impl raised, eager did not: RuntimeError: A view was created in no_grad mode and is being": ["test_metadata_mutation_of_no_grad_view_of_detached_alias"],
+    "call: impl raised, eager did not: RuntimeError: unsupported operation: more than one element": ["test_setitem_on_row_of_expanded_input"],
+    "call: impl raised, eager did not: RuntimeError: permute(sparse_coo)": ["test_views_of_intermediate_replayed_after_unsqueeze_"],
 }
 
 
@@ -108,3 +114,42 @@ def test_fuzz(case):
 @given(cases())
 def test_fuzz_long(case):
     _check(case)
+
+
+def test_known_matches_open_regressions(monkeypatch):
+    """``KNOWN`` stays honest: every strict-xfail regression test is listed under the signature it
+    fails with now, and every listed test exists, is marked xfail and fails with that signature.
+
+    When this fails after a core change: a test that passes now has its marker dropped
+    (``tools/drop_xpassed.py``) and leaves ``KNOWN``; one whose failure changed kind moves to
+    its new signature (and its xfail reason is updated)."""
+    if default_impl_name() != "aotgrad":
+        pytest.skip("KNOWN describes aotgrad")
+    _impl()
+    from . import harness
+    from . import test_fuzz_regressions as R
+
+    xfail = {
+        n for n, f in vars(R).items()
+        if n.startswith("test_") and any(m.name == "xfail" for m in getattr(f, "pytestmark", []))
+    }
+    listed = {t: key for key, tests in KNOWN.items() for t in tests}
+    problems = [f"{t}: listed under {k!r} but is not a strict-xfail test in test_fuzz_regressions.py"
+                for t, k in listed.items() if t not in xfail]
+    problems += [f"{t}: strict-xfail but not listed in KNOWN" for t in sorted(xfail - listed.keys())]
+    captured = {}
+
+    def capture(source, inputs, post=(), modes=("grad",), seed=0, impl=None):
+        captured["res"] = harness.run_case(source, inputs, harness.aotgrad_impl, post=post, modes=modes, seed=seed)
+
+    monkeypatch.setattr(R, "check_case", capture)
+    monkeypatch.delenv("AOTGRAD_FUZZ_STRICT", raising=False)
+    for t in sorted(xfail & listed.keys()):
+        captured.clear()
+        getattr(R, t)()
+        res = captured["res"]
+        got = _known(res.signature) if not res.ok else None
+        if got != listed[t]:
+            problems.append(f"{t}: listed under {listed[t]!r} but fails with {res.signature!r}"
+                            if not res.ok else f"{t}: passes now (drop its marker and its KNOWN entry)")
+    assert not problems, "KNOWN is out of date:\n" + "\n".join(problems)
