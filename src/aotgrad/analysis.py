@@ -27,7 +27,8 @@ from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 from torch.overrides import TorchFunctionMode
 
 from .errors import AotgradCompileError, compile_error_from, current_user_line
-from .rng import EagerRandomness
+from .eager_rewrites import EagerRewrites
+from .effects import effects_as_ordered_nodes
 from .metadata import InputInfo, OutputInfo, OutputType, ViewAndMutationMetadata
 
 _TRACING_LIMITATIONS = (
@@ -174,12 +175,13 @@ def analyze(
     try:
         with contextlib.ExitStack() as stack:
             stack.enter_context(fake_mode)
+            stack.enter_context(effects_as_ordered_nodes())
             stack.enter_context(torch.set_grad_enabled(grad_enabled))
             stack.enter_context(mode)
             stack.enter_context(
                 _EagerChecks(frozenset(id(f) for f, t in zip(f_inputs, fake_inputs) if t.is_leaf and t.requires_grad))
             )
-            stack.enter_context(EagerRandomness())
+            stack.enter_context(EagerRewrites())
             out_leaves, out_spec = program(*f_inputs)
     except AotgradCompileError:
         raise
@@ -360,4 +362,9 @@ def _is_tracing_limitation(exc: BaseException) -> bool:
     if isinstance(exc, _TRACING_LIMITATIONS):
         return True
     text = str(exc)
-    return "FakeTensor" in text or "fake tensor" in text.lower() or "data-dependent" in text
+    return (
+        "FakeTensor" in text
+        or "fake tensor" in text.lower()
+        or "data-dependent" in text
+        or "data is not allocated" in text  # reading values of a fake tensor (.tolist())
+    )

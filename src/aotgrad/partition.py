@@ -38,6 +38,7 @@ from typing import Any, Iterable, Sequence
 import networkx as nx
 import torch
 import torch.fx as fx
+from .effects import is_effectful
 from torch.fx.experimental.symbolic_shapes import optimization_hint
 from torch.utils import _pytree as pytree
 
@@ -135,7 +136,7 @@ def _is_impure(node: fx.Node) -> bool:
     target = node.target
     if isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
         return True
-    return node.is_impure(impure_random=False)
+    return is_effectful(target) or node.is_impure(impure_random=False)
 
 
 def _is_sym(node: fx.Node) -> bool:
@@ -159,13 +160,16 @@ def _must_run_in_forward(node: fx.Node) -> bool:
 
 
 def _extract(
-    joint_module: fx.GraphModule, inputs: Sequence[fx.Node], outputs: Sequence[Any]
+    joint_module: fx.GraphModule,
+    inputs: Sequence[fx.Node],
+    outputs: Sequence[Any],
+    effects: Sequence[fx.Node] = (),
 ) -> fx.GraphModule:
     """A new module computing ``outputs`` from ``inputs`` with the joint graph's nodes.
 
-    Only the nodes ``outputs`` need are copied (in joint order, so the copy is topologically
-    sorted); names and ``meta`` are kept. Needing a joint placeholder that is not among
-    ``inputs`` is a partitioner bug and raises.
+    Only the nodes ``outputs`` (and the side-effect nodes ``effects``) need are copied (in
+    joint order, so the copy is topologically sorted); names and ``meta`` are kept. Needing a
+    joint placeholder that is not among ``inputs`` is a partitioner bug and raises.
     """
     graph = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
@@ -173,7 +177,7 @@ def _extract(
         new = graph.placeholder(node.name, type_expr=node.type)
         new.meta = dict(node.meta)
         env[node] = new
-    needed = _ancestors(_nodes(outputs), stop=frozenset(inputs))
+    needed = _ancestors([*_nodes(outputs), *effects], stop=frozenset(inputs))
     for node in joint_module.graph.nodes:
         if node not in needed or node in env:
             continue
@@ -201,7 +205,12 @@ def _build(
             )
     tensors = [n for n in saved if _is_tensor(n)]
     symints = [n for n in saved if not _is_tensor(n)]
-    fw_module = _extract(joint_module, joint.primals, [*joint.fw_outs, *tensors, *symints])
+    # Side effects nobody reads (eager's linalg error checks) still run, in the forward.
+    effects = [
+        n for n in joint_module.graph.nodes
+        if n.op == "call_function" and is_effectful(n.target) and n not in joint.tangent_dependent
+    ]
+    fw_module = _extract(joint_module, joint.primals, [*joint.fw_outs, *tensors, *symints], effects)
     bw_module = _extract(joint_module, [*tensors, *symints, *joint.tangents], joint.grads)
     for module in (fw_module, bw_module):
         module.meta["num_fwd_outputs"] = len(joint.fw_outs)

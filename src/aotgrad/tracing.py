@@ -21,7 +21,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from .analysis import Analysis, from_functional, to_functional
 from .errors import AotgradCompileError, compile_error_from
 from .metadata import OutputType, ViewAndMutationMetadata
-from .rng import EagerRandomness
+from .effects import effects_as_ordered_nodes, is_effectful
+from .eager_rewrites import EagerRewrites
 
 __all__ = ["JointGraph", "trace_joint", "trace_inference", "tensor_output_indices", "tangent_output_indices"]
 
@@ -100,7 +101,7 @@ def _functional_forward(
 
 def _trace(fn: Callable, args: tuple, decompositions: Optional[dict], fake_mode: FakeTensorMode) -> torch.fx.GraphModule:
     try:
-        with fake_mode:
+        with fake_mode, effects_as_ordered_nodes():
             gm = make_fx(fn, decomposition_table=decompositions or {}, tracing_mode="fake")(*args)
     except AotgradCompileError:
         raise
@@ -151,7 +152,7 @@ def trace_joint(
         with mode:
             f_primals = [to_functional(p) for p in primals]
             f_tangents = [to_functional(t) for t in tangents]
-        with mode, torch.enable_grad(), EagerRandomness():
+        with mode, torch.enable_grad(), EagerRewrites():
             fw_outs = forward(*f_primals)
             diff_outs = [fw_outs[p] for p in tangent_positions]
             grads: list[Any] = [None] * len(f_primals)
@@ -224,7 +225,7 @@ def trace_inference(
         mode = FunctionalTensorMode()
         with mode:
             f_primals = [to_functional(p) for p in primals]
-        with mode, torch.set_grad_enabled(grad_enabled), EagerRandomness():
+        with mode, torch.set_grad_enabled(grad_enabled), EagerRewrites():
             outs = forward(*f_primals)
         result = []
         for k, o in enumerate(outs):
@@ -248,5 +249,5 @@ def _keep_node(node: torch.fx.Node) -> bool:
     target = node.target
     if isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags:
         return True
-    return node.is_impure()
+    return is_effectful(target) or node.is_impure()
 

@@ -1,11 +1,14 @@
-"""Random ops that draw exactly the numbers eager draws, under a fixed seed.
+"""Eager calls that functionalization would capture wrongly, rewritten at the call site.
 
-Eager CPU dropout is ``noise = empty_like(x).bernoulli_(1 - p)``: the in-place fill walks
+- **Dropout masks.** Eager CPU dropout is ``noise = empty_like(x).bernoulli_(1 - p)``: the in-place fill walks
 ``x``'s own memory layout. Functionalization turns that into the functional
 ``aten.bernoulli.p``, whose kernel allocates a *contiguous* tensor, so a non-contiguous ``x``
-(a transposed attention output, say) gets a different mask than eager. :class:`EagerRandomness`
+(a transposed attention output, say) gets a different mask than eager. :class:`EagerRewrites`
 reroutes ``torch.dropout`` through ``aotgrad::bernoulli_like``, a functional op whose kernel is
 eager's own fill, so the traced graph consumes the generator exactly as eager does.
+- **polygamma_.** Its schema puts ``self`` first while the functional ``polygamma`` takes
+  ``(n, self)``; functionalization finds no functional twin and rejects it. It is captured
+  as ``self.copy_(polygamma(n, self.clone()))``, which eager autograd treats the same way.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch.overrides import TorchFunctionMode
 
-__all__ = ["EagerRandomness", "bernoulli_like"]
+__all__ = ["EagerRewrites", "bernoulli_like"]
 
 
 @torch.library.custom_op(
@@ -32,17 +35,22 @@ def _(x: torch.Tensor, p: float) -> torch.Tensor:
 _DROPOUTS = {torch.dropout, torch._C._VariableFunctions.dropout}
 _DROPOUTS_INPLACE = {torch.dropout_, torch._C._VariableFunctions.dropout_}
 _FUNCTIONAL_DROPOUT = torch.nn.functional.dropout
+_POLYGAMMA_INPLACE = torch.Tensor.polygamma_
 
 
-class EagerRandomness(TorchFunctionMode):
-    """Rewrites CPU ``dropout`` into eager's own decomposition around ``bernoulli_like``.
+class EagerRewrites(TorchFunctionMode):
+    """Applies the rewrites of this module while the program is analysed and traced.
 
-    Same values as ``at::native::_dropout_impl``: ``noise = bernoulli_like(x, 1 - p) / (1 - p)``
-    then ``x * noise``. Other cases (p of 0 or 1, eval mode, empty input) are left to torch.
+    Dropout: same values as ``at::native::_dropout_impl``,
+    ``noise = bernoulli_like(x, 1 - p) / (1 - p)`` then ``x * noise``; other cases (p of 0 or
+    1, eval mode, empty input) are left to torch.
     """
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if func is _POLYGAMMA_INPLACE:
+            x, n = args[0], args[1] if len(args) > 1 else kwargs["n"]
+            return x.copy_(torch.polygamma(n, x.clone()))  # the clone is what backward reads
         if func is _FUNCTIONAL_DROPOUT:
             x, p, train, inplace = _bind(args, kwargs, ("input", "p", "training", "inplace"), (0.5, True, False))
         elif func in _DROPOUTS or func in _DROPOUTS_INPLACE:
