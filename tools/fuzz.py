@@ -34,6 +34,8 @@ def main(argv=None) -> int:
     p.add_argument("--max-per-signature", type=int, default=5, help="write at most this many per signature")
     p.add_argument("--strict-stage", action="store_true", help="errors must be raised at the same stage")
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+    p.add_argument("--new-only", action="store_true",
+                   help="write (and minimize) only failures whose signature is not in tests/fuzz/test_fuzz.py's KNOWN")
     p.add_argument("--quiet", action="store_true")
     a = p.parse_args(argv)
 
@@ -41,6 +43,7 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(a.threads)
     impl = IMPLS[a.impl]
+    known = _known_fn(a.impl)
     os.makedirs(a.out, exist_ok=True)
     by_sig: dict[str, list[int]] = collections.defaultdict(list)
     eager_raised = 0
@@ -63,7 +66,7 @@ def main(argv=None) -> int:
         if not res.ok:
             sig = res.signature
             by_sig[sig].append(seed)
-            if len(by_sig[sig]) <= a.max_per_signature:
+            if len(by_sig[sig]) <= a.max_per_signature and not (a.new_only and known(sig)):
                 if a.minimize:
                     case = minimize(case, impl)
                     res = run(case, impl, strict_stage=a.strict_stage)
@@ -83,10 +86,29 @@ def main(argv=None) -> int:
           f"impl={a.impl}: {a.n} programs in {dt:.1f}s = {a.n / dt:.2f} programs/s")
     print(f"eager raised somewhere in {eager_raised}; failing {nf} ({len(by_sig)} signatures); "
           f"harness crashes {crashed}")
-    for sig, seeds in sorted(by_sig.items(), key=lambda kv: -len(kv[1])):
-        print(f"  {len(seeds):5d}  {sig}   e.g. seeds {seeds[:5]}")
+    n_new = sum(len(v) for k, v in by_sig.items() if not known(k))
+    print(f"not covered by KNOWN (tests/fuzz/test_fuzz.py): {n_new} failures, "
+          f"{sum(1 for k in by_sig if not known(k))} signatures")
+    for sig, seeds in sorted(by_sig.items(), key=lambda kv: (bool(known(kv[0])), -len(kv[1]))):
+        tag = "known" if known(sig) else "NEW  "
+        print(f"  {len(seeds):5d}  {tag}  {sig}   e.g. seeds {seeds[:5]}")
     print(f"failing programs written to {a.out}/")
     return 1 if nf else 0
+
+
+def _known_fn(impl_name: str):
+    """signature -> the KNOWN key that covers it (None if new); KNOWN describes aotgrad only."""
+    if impl_name != "aotgrad":
+        return lambda sig: None
+    from tests.fuzz.test_fuzz import KNOWN
+
+    def known(sig: str):
+        for key in KNOWN:
+            if sig == key or (": " in key and sig.startswith(key)):
+                return key
+        return None
+
+    return known
 
 
 if __name__ == "__main__":
