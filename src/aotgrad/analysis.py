@@ -54,8 +54,8 @@ class Analysis:
     metadata: ViewAndMutationMetadata
     out_spec: pytree.TreeSpec
     intermediate_base_sources: tuple[int, ...]
-    #: (shape, dtype) of each output of the functional forward, in its output order
-    forward_output_avals: tuple[tuple[tuple[int, ...], torch.dtype], ...]
+    #: (shape, dtype, device) of each output of the functional forward, in its output order
+    forward_output_avals: tuple[tuple[tuple[int, ...], torch.dtype, torch.device], ...]
 
 
 def to_functional(t: Any) -> Any:
@@ -340,7 +340,7 @@ def analyze(
     fw_values = [f_inputs[i] for i in metadata.mutated_input_indices]
     fw_values += [o for o in out_leaves if isinstance(o, torch.Tensor)]
     fw_values += [out_leaves[j]._base for j in base_sources]
-    avals = tuple((tuple(v.shape), v.dtype) for v in fw_values)
+    avals = tuple((tuple(v.shape), v.dtype, v.device) for v in fw_values)
     return Analysis(metadata, out_spec, tuple(base_sources), avals)
 
 

@@ -171,6 +171,16 @@ def _writebacks(metadata: ViewAndMutationMetadata, kept: frozenset[int] = frozen
     return tuple(out)
 
 
+def replay_metadata(real: torch.Tensor, new_view: tuple) -> None:
+    """Give ``real`` the (size, stride, storage_offset) the program left it with.
+
+    As in eager, autograd records the change only where it sees it; on a leaf that requires
+    grad eager only allows it under no_grad.
+    """
+    with torch.set_grad_enabled(torch.is_grad_enabled() and real.requires_grad and not real.is_leaf):
+        real.as_strided_(*new_view)
+
+
 def apply_writebacks(writebacks: tuple[Writeback, ...], fw_outs: Any, graph_inputs: Any) -> None:
     """Write mutated inputs' new values back into the caller's tensors."""
     for w in writebacks:
@@ -178,11 +188,8 @@ def apply_writebacks(writebacks: tuple[Writeback, ...], fw_outs: Any, graph_inpu
         real = graph_inputs[w.input_index]
         if w.metadata:
             # The new size/stride/offset are static (from analysis), not read off the graph's
-            # output: a compiler need not return a view there. As in eager, autograd records
-            # the change only where it sees it; on a leaf that requires grad eager only
-            # allows it under no_grad.
-            with torch.set_grad_enabled(torch.is_grad_enabled() and real.requires_grad and not real.is_leaf):
-                real.as_strided_(*w.new_view)
+            # output: a compiler need not return a view there.
+            replay_metadata(real, w.new_view)
         if w.data:
             if w.visible_to_autograd:
                 real.copy_(new)
@@ -205,8 +212,8 @@ class BackwardSpec:
     num_saved_symints: int
     #: forward-output positions that take a tangent, in the backward graph's tangent order
     tangent_positions: tuple[int, ...]
-    #: (shape, dtype) of each tangent, for materialising zeros when autograd passes None
-    tangent_meta: tuple[tuple[tuple[int, ...], torch.dtype], ...]
+    #: (shape, dtype, device) of each tangent, for materialising zeros when autograd passes None
+    tangent_meta: tuple[tuple[tuple[int, ...], torch.dtype, torch.device], ...]
     #: saved-tensor positions that are graph inputs mutated by the write back (cloned first)
     saved_inputs_to_clone: tuple[int, ...]
     #: per backward output, the tangent indices it depends on
@@ -243,10 +250,10 @@ def _make_function(fw_callable: Callable, spec: BackwardSpec, alias_positions: t
         def backward(ctx, *grad_outputs):  # type: ignore[override]
             tangents = []
             missing = []
-            for k, (p, (shape, dtype)) in enumerate(zip(tangent_positions, tangent_meta)):
+            for k, (p, (shape, dtype, device)) in enumerate(zip(tangent_positions, tangent_meta)):
                 g = grad_outputs[p]
                 if g is None:
-                    g = torch.zeros(shape, dtype=dtype)
+                    g = torch.zeros(shape, dtype=dtype, device=device)
                     missing.append(k)
                 elif not g.is_contiguous():
                     g = g.contiguous()
@@ -328,10 +335,8 @@ class CompiledRuntime:
                 graph_inputs = graph_inputs_of(call_inputs)
                 fw_outs = forward(*graph_inputs)
                 apply_writebacks(writebacks, fw_outs, graph_inputs)
-                for i, (size, stride, offset) in member_metadata:
-                    real = call_inputs[i]
-                    with torch.set_grad_enabled(torch.is_grad_enabled() and real.requires_grad and not real.is_leaf):
-                        real.as_strided_(size, stride, offset)
+                for i, new_view in member_metadata:
+                    replay_metadata(call_inputs[i], new_view)
                 return outputs(fw_outs, call_inputs)
 
             return run_with_bases

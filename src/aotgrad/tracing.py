@@ -142,9 +142,9 @@ def trace_joint(
         primals = [t.detach().requires_grad_(t.requires_grad) for t in fake_inputs]
 
     avals = analysis.forward_output_avals
-    tangent_positions = tangent_output_indices(md, [dtype for _, dtype in avals])
+    tangent_positions = tangent_output_indices(md, [aval[1] for aval in avals])
     with fake_mode:
-        tangents = [torch.empty(avals[p][0], dtype=avals[p][1]) for p in tangent_positions]
+        tangents = [torch.empty(avals[p][0], dtype=avals[p][1], device=avals[p][2]) for p in tangent_positions]
     grad_inputs = tuple(i for i, t in enumerate(primals) if t.requires_grad)
 
     def joint(primals: list, tangents: list) -> list:
