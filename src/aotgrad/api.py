@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Callable, Optional
 
 from .dispatch import AotFunction
@@ -9,6 +10,8 @@ from .partition import default_partition
 from .pipeline import AotConfig
 
 __all__ = ["aot_function"]
+
+log = logging.getLogger("aotgrad")
 
 
 def aot_function(
@@ -39,7 +42,16 @@ def aot_function(
     are parameters and buffers (informational, as in torch). With
     ``keep_inference_input_mutations`` the inference graph keeps input data mutations as
     ``copy_`` ops instead of returning new values.
+
+    ``dynamic=True`` is accepted but does not trace symbolic shapes yet: graphs are
+    specialised to the call's shapes, and a call with other shapes compiles a new entry.
+    Results are the same; only the number of compilations differs (logged at INFO).
     """
+    if dynamic:
+        log.info(
+            "aotgrad: dynamic=True traces static shapes for now (one entry per input shape) for %s",
+            getattr(fn, "__name__", fn),
+        )
     config = AotConfig(
         fw_compiler=fw_compiler,
         bw_compiler=bw_compiler or fw_compiler,

@@ -42,6 +42,8 @@ class AotConfig:
     decompositions: Optional[dict]
     num_params_buffers: int = 0
     keep_inference_input_mutations: bool = False
+    #: accepted for API compatibility; graphs are traced with static shapes either way (a
+    #: call with new shapes compiles a new entry), see :func:`aotgrad.aot_function`
     dynamic: bool = False
 
     @property
@@ -116,11 +118,6 @@ def _saved_counts(fw_module: torch.fx.GraphModule, num_fwd_outputs: int) -> tupl
 def compile_entry(fn: Callable, leaves: list[Any], spec: pytree.TreeSpec, config: AotConfig) -> CompiledEntry:
     """Compile ``fn`` for a call with these flattened leaves; nothing real is mutated."""
     start = time.perf_counter()
-    if config.dynamic:
-        raise NotImplementedError(
-            "aotgrad: dynamic=True (symbolic shapes) is not supported yet; use dynamic=False "
-            "(a new input shape recompiles)."
-        )
     layout = layout_for(leaves, spec)
     tensors = layout.tensors_of(leaves)
     call_inputs = layout.distinct_inputs_of(tensors)
