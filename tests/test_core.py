@@ -557,3 +557,11 @@ def test_dynamic_true_specialises_per_shape():
         x = rg(n, 4)
         torch.testing.assert_close(cf(x), (x * 2).sum(0))
     assert len(cf.entries) == 2
+
+
+def test_double_backward_raises_instead_of_missing_terms():
+    x = rg(3)
+    cf = aotgrad.aot_function(lambda x: (x ** 3).sum(), nop)
+    (g,) = torch.autograd.grad(cf(x), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable|differentiate twice"):
+        g.sum().backward()

@@ -247,6 +247,7 @@ def _make_function(fw_callable: Callable, spec: BackwardSpec, alias_positions: t
             return tuple(result)
 
         @staticmethod
+        @torch.autograd.function.once_differentiable  # double backward would silently miss terms
         def backward(ctx, *grad_outputs):  # type: ignore[override]
             tangents = []
             missing = []
