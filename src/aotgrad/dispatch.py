@@ -11,12 +11,16 @@ import functools
 import logging
 from typing import Any, Callable
 
-from .frontend import flatten_call
+from .frontend import MISS, flatten_call
 from .pipeline import AotConfig, CompiledEntry, compile_entry
 
 __all__ = ["AotFunction"]
 
 log = logging.getLogger("aotgrad")
+
+
+def _always_miss(args: tuple) -> Any:
+    return MISS
 
 
 class AotFunction:
@@ -30,15 +34,21 @@ class AotFunction:
         self.fn = fn
         self.config = config
         self.entries: list[CompiledEntry] = []
-        self._flat: list[tuple[Callable, Callable]] = []
+        #: fused guard-and-run closures of the flat entries, newest first
+        self._flat: list[Callable[[tuple], Any]] = []
+        #: the positional-only fast path: the outputs, or MISS (see _update_fast)
+        self._fast: Callable[[tuple], Any] = _always_miss
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not kwargs:
             # Positional-only call of a flat entry: the args are the leaves, no pytree walk.
-            for check, run in self._flat:
-                if check(args):
-                    return run(args)
+            out = self._fast(args)
+            if out is not MISS:
+                return out
+        return self._call_slow(args, kwargs)
+
+    def _call_slow(self, args: tuple, kwargs: dict) -> Any:
         leaves, spec = flatten_call(args, kwargs)
         for entry in self.entries:
             if entry.guard.check_leaves(leaves, spec):
@@ -47,9 +57,28 @@ class AotFunction:
         if self.entries:
             log.info("aotgrad: recompiling %s (entry %d)", getattr(self.fn, "__name__", self.fn), len(self.entries))
         self.entries.insert(0, entry)
-        if entry.guard.check_flat is not None:
-            self._flat.insert(0, (entry.guard.check_flat, entry.run_flat))
+        fast = entry.guard.fast_call(entry.run_flat)
+        if fast is not None:
+            self._flat.insert(0, fast)
+            self._update_fast()
         return entry(leaves)
+
+    def _update_fast(self) -> None:
+        """One flat entry: its closure is the fast path itself (one Python call per hit).
+        Several: try each, newest first."""
+        flat = tuple(self._flat)
+        if len(flat) == 1:
+            self._fast = flat[0]
+            return
+
+        def try_each(args: tuple) -> Any:
+            for fast in flat:
+                out = fast(args)
+                if out is not MISS:
+                    return out
+            return MISS
+
+        self._fast = try_each
 
     @property
     def metadata(self):
