@@ -563,5 +563,5 @@ def test_double_backward_raises_instead_of_missing_terms():
     x = rg(3)
     cf = aotgrad.aot_function(lambda x: (x ** 3).sum(), nop)
     (g,) = torch.autograd.grad(cf(x), x, create_graph=True)
-    with pytest.raises(RuntimeError, match="once_differentiable|differentiate twice"):
+    with pytest.raises(RuntimeError, match="double backward"):
         g.sum().backward()

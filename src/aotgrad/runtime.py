@@ -247,7 +247,6 @@ def _make_function(fw_callable: Callable, spec: BackwardSpec, alias_positions: t
             return tuple(result)
 
         @staticmethod
-        @torch.autograd.function.once_differentiable  # double backward would silently miss terms
         def backward(ctx, *grad_outputs):  # type: ignore[override]
             tangents = []
             missing = []
@@ -267,9 +266,27 @@ def _make_function(fw_callable: Callable, spec: BackwardSpec, alias_positions: t
                 grads = [
                     None if deps and deps <= unused else g for g, deps in zip(grads, spec.grad_tangent_deps)
                 ]
+            if torch.is_grad_enabled():  # create_graph=True: the grads could be differentiated again
+                return _NoDoubleBackward.apply(*grads)
             return tuple(grads)
 
     return CompiledFunction
+
+
+class _NoDoubleBackward(torch.autograd.Function):
+    """Passes gradients through; differentiating them again raises. The compiled backward's
+    saved values carry no autograd history, so a second derivative would silently miss terms."""
+
+    @staticmethod
+    def forward(ctx, *grads):  # type: ignore[override]
+        return tuple(g if g is None else g.view_as(g) for g in grads)
+
+    @staticmethod
+    def backward(ctx, *grad_grads):  # type: ignore[override]
+        raise RuntimeError(
+            "aotgrad: double backward (differentiating gradients made with create_graph=True) "
+            "through a compiled function is not supported. Compute higher-order gradients eagerly."
+        )
 
 
 class CompiledRuntime:
