@@ -295,37 +295,16 @@ def analyze(
         if base is None or not isinstance(base, FunctionalTensor):
             output_info.append(OutputInfo(OutputType.non_alias, None, **common))
             continue
-        view_source = relative_view_metas(o, base)
         if id(base) in user_output_of:
-            output_info.append(
-                OutputInfo(
-                    OutputType.alias_of_intermediate_base_is_user_output,
-                    user_output_of[id(base)],
-                    view_source=view_source,
-                    **common,
-                )
-            )
+            kind, index = OutputType.alias_of_intermediate_base_is_user_output, user_output_of[id(base)]
         elif id(base) in base_index_of:
-            output_info.append(
-                OutputInfo(
-                    OutputType.alias_of_intermediate,
-                    base_index_of[id(base)],
-                    view_source=view_source,
-                    **common,
-                )
-            )
+            kind, index = OutputType.alias_of_intermediate, base_index_of[id(base)]
         else:
-            base_index_of[id(base)] = len(base_sources)
+            kind, index = OutputType.alias_of_intermediate_save_as_output, len(base_sources)
+            base_index_of[id(base)] = index
             base_sources.append(j)
             base_requires_grad.append(base.requires_grad)
-            output_info.append(
-                OutputInfo(
-                    OutputType.alias_of_intermediate_save_as_output,
-                    base_index_of[id(base)],
-                    view_source=view_source,
-                    **common,
-                )
-            )
+        output_info.append(OutputInfo(kind, index, view_source=relative_view_metas(o, base), **common))
 
     if not any(x.requires_grad for x in input_info) and any(
         o.requires_grad for o in output_info

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import operator
 from typing import Any, Callable
 
 from .frontend import MISS, flatten_call
@@ -21,6 +22,17 @@ log = logging.getLogger("aotgrad")
 
 def _always_miss(args: tuple) -> Any:
     return MISS
+
+
+def _run_flat(entry: CompiledEntry) -> Callable[[tuple], Any]:
+    """``entry.run_flat``, with the distinct inputs of a call that passes one tensor twice
+    picked in C (``itemgetter``) rather than by a Python loop over the args."""
+    layout = entry.layout
+    if not layout.has_duplicates or len(layout.distinct_tensors) < 2:
+        return entry.run_flat
+    run = entry.runtime.run
+    pick = operator.itemgetter(*layout.distinct_tensors)
+    return lambda args: run(pick(args))
 
 
 class AotFunction:
@@ -57,7 +69,7 @@ class AotFunction:
         if self.entries:
             log.info("aotgrad: recompiling %s (entry %d)", getattr(self.fn, "__name__", self.fn), len(self.entries))
         self.entries.insert(0, entry)
-        fast = entry.guard.fast_call(entry.run_flat)
+        fast = entry.guard.fast_call(_run_flat(entry))
         if fast is not None:
             self._flat.insert(0, fast)
             self._update_fast()

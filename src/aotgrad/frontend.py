@@ -198,6 +198,7 @@ class EntryGuard:
         # Synthetic bases depend on where the merged inputs sit in their storage.
         self._aliasing_check = aliasing_check
 
+        self._relations = self._build_relations()
         self.check_flat = self._build_flat_check() if layout.is_flat else None
 
     def _build_flat_check(self):
@@ -206,7 +207,7 @@ class EntryGuard:
         n = self.layout.num_leaves
         grad_enabled = self.grad_enabled
         tensor_check = self._tensor_guards.check
-        relations = self._check_relations if self._has_relations else None
+        relations = self._relations if self._has_relations else None
         is_grad_enabled = torch.is_grad_enabled
 
         def check_flat(args: tuple) -> bool:
@@ -246,7 +247,7 @@ class EntryGuard:
                 return run(args)
 
             return fast
-        relations = self._check_relations
+        relations = self._relations
 
         def fast_with_relations(args: tuple) -> Any:
             if is_grad_enabled() is not grad_enabled:
@@ -271,21 +272,47 @@ class EntryGuard:
 
     def _check_relations(self, tensors: Any) -> bool:
         """Leafness of mutated inputs, identity of deduplicated inputs, storage sharing."""
-        for k, state in self._leafness:
-            if leaf_state(tensors[k]) != state:
-                return False
-        for a, b in self._duplicate_pairs:
-            if tensors[a] is not tensors[b]:
-                return False
-        if self._storage_groups is not None:
-            exclusive = self._mutated_leaves and all(
-                _storage_use_count(tensors[k]) == _EXCLUSIVE_USE_COUNT for k in self._mutated_leaves
-            )
-            if not exclusive and storage_groups(tensors) != self._storage_groups:
-                return False
-        if self._aliasing_check is not None:
-            return self._aliasing_check(self.layout.distinct_inputs_of(tensors))
-        return True
+        return self._relations(tensors)
+
+    def _build_relations(self) -> Callable[[Any], bool]:
+        """``relations(tensors) -> bool`` over the call's tensor leaves, doing only the checks
+        this entry has (it runs on every call that has any); O(#mutated + #duplicates)
+        unless a mutated input shares its storage (then O(#inputs))."""
+        leafness = tuple((k, leaf, base_leaf) for k, (leaf, base_leaf) in self._leafness)
+        duplicate_pairs = self._duplicate_pairs
+        groups = self._storage_groups
+        mutated = self._mutated_leaves
+        aliasing_check = self._aliasing_check
+        pick = None
+        if aliasing_check is not None and self.layout.has_duplicates:
+            pick = self.layout.distinct_tensors
+        use_count = torch._C._storage_Use_Count
+        exclusive_count = _EXCLUSIVE_USE_COUNT
+
+        def relations(tensors: Any) -> bool:
+            for k, leaf, base_leaf in leafness:
+                t = tensors[k]
+                if t.is_leaf is not leaf:
+                    return False
+                base = t._base
+                if (base is not None and base.is_leaf) is not base_leaf:
+                    return False
+            for a, b in duplicate_pairs:
+                if tensors[a] is not tensors[b]:
+                    return False
+            if groups is not None:
+                exclusive = bool(mutated)
+                for k in mutated:
+                    if use_count(tensors[k].untyped_storage()._cdata) != exclusive_count:
+                        exclusive = False
+                        break
+                if not exclusive and storage_groups(tensors) != groups:
+                    return False
+            if aliasing_check is not None:
+                return aliasing_check(tensors if pick is None else [tensors[i] for i in pick])
+            return True
+
+        return relations
 
     def check_leaves(self, leaves: list[Any], spec: pytree.TreeSpec) -> bool:
         """True when a call with these flattened leaves and spec may reuse the entry."""
@@ -301,7 +328,7 @@ class EntryGuard:
                 return False
         except TypeError:
             return False
-        return not self._has_relations or self._check_relations(tensors)
+        return not self._has_relations or self._relations(tensors)
 
     def describe(self) -> str:
         return (

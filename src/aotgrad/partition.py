@@ -49,6 +49,7 @@ __all__ = [
     "saved_bytes",
     "SavedReport",
     "SavedValue",
+    "tag_forward_nodes",
 ]
 
 log = logging.getLogger(__name__)
@@ -97,6 +98,16 @@ def _split_joint(joint_module: fx.GraphModule, num_fwd_outputs: int) -> _Joint:
     if bad:
         raise ValueError(f"forward outputs depend on tangents: {[n.name for n in bad]}")
     return joint
+
+
+def tag_forward_nodes(joint_module: fx.GraphModule, num_fwd_outputs: int) -> None:
+    """Tag each joint node the forward outputs need ``partitioner_tag="is_forward"`` (the
+    rest ``"is_backward"``): torch's own partitioners place nodes by this tag, so tagging
+    keeps them working on our joint graphs unchanged."""
+    forward = _ancestors(_nodes(_split_joint(joint_module, num_fwd_outputs).fw_outs))
+    for node in joint_module.graph.nodes:
+        if node.op not in ("placeholder", "output"):
+            node.meta["partitioner_tag"] = "is_forward" if node in forward else "is_backward"
 
 
 def _nodes(values: Iterable[Any]) -> list[fx.Node]:

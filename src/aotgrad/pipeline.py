@@ -20,6 +20,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from .aliasing import InputAliasing, plan_input_aliasing
 from .analysis import Analysis, analyze
+from .partition import tag_forward_nodes
 from .frontend import EntryGuard, InputLayout, layout_for, leaf_state
 from .errors import AotgradCompileError
 from .metadata import OutputType, ViewAndMutationMetadata
@@ -150,6 +151,7 @@ def compile_entry(fn: Callable, leaves: list[Any], spec: pytree.TreeSpec, config
     if training:
         joint = trace_joint(program, analysis, fake_inputs, fake_mode, decomps)
         joint_gm = joint.graph
+        tag_forward_nodes(joint.graph, joint.num_fwd_outputs)
         fw_module, bw_module = config.partition_fn(
             joint.graph, [joint.primals, joint.tangents], num_fwd_outputs=joint.num_fwd_outputs
         )

@@ -175,26 +175,7 @@ def trace_joint(
         return [[from_functional(o) for o in fw_outs], [from_functional(g) for g in grads]]
 
     gm = _trace(joint, (primals, tangents), decompositions, fake_mode)
-    _tag_forward_nodes(gm, len(avals))
     return JointGraph(gm, len(avals), tangent_positions, grad_inputs, primals, tangents)
-
-
-def _tag_forward_nodes(gm: torch.fx.GraphModule, num_fwd_outputs: int) -> None:
-    """Tag each node the forward outputs need ``partitioner_tag="is_forward"`` (the rest
-    ``"is_backward"``): torch's partitioners read this tag to place nodes."""
-    out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
-    fw_outs = [n for n in torch.utils._pytree.tree_leaves(out.args[0][0]) if isinstance(n, torch.fx.Node)]
-    forward: set[torch.fx.Node] = set()
-    stack = list(fw_outs)
-    while stack:
-        n = stack.pop()
-        if n in forward:
-            continue
-        forward.add(n)
-        stack.extend(n.all_input_nodes)
-    for n in gm.graph.nodes:
-        if n.op not in ("placeholder", "output"):
-            n.meta["partitioner_tag"] = "is_forward" if n in forward else "is_backward"
 
 
 def trace_inference(
