@@ -1117,6 +1117,103 @@ def f(a):
     )
 
 
+@XFAIL("wrong .grad values: the gradient of t1 = t0[1:] lands on t0's first column instead of its second row (t1 is replayed against the transposed t0)")
+def test_grad_of_view_of_intermediate_taken_before_t_():
+    """t1 = t0[1:] is taken before t0.t_(); t1 keeps its own metadata, so c.grad is nonzero only in row 1."""
+    check_case(
+        source='''
+def f(c):
+    t0 = c * 1
+    t1 = t0[1:]
+    t0.t_()
+    return t1[0] * 1,
+''',
+        inputs={'bases': [{'shape': [2, 2], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        seed=0,
+    )
+
+
+@XFAIL("wrong input values: eager's add_ on a self-overlapping (not expanded) input adds 1 twice to the shared element; aotgrad's functional add_ + write-back adds it once")
+def test_inplace_add_on_self_overlapping_as_strided_input():
+    """c = x.as_strided((2, 2), (1, 1), 0): c[0, 1] and c[1, 0] are the same element; eager does not reject the in-place op (no stride 0), it writes element by element."""
+    check_case(
+        source='''
+def f(c):
+    c.add_(1)
+    return c + 0,
+''',
+        inputs={'bases': [{'shape': [3], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.as_strided((2, 2), (1, 1), 0)'}]},
+        seed=0,
+    )
+
+
+@XFAIL("aotgrad raises 'mul(): functions with out=... arguments don't support automatic differentiation': it treats the detached alias b as requiring grad")
+def test_out_into_detached_alias_of_grad_input():
+    """a = x (requires grad), b = x.detach(): torch.mul(b, 2, out=b) is legal in eager (nothing involved requires grad)."""
+    check_case(
+        source='''
+def f(a, b):
+    torch.mul(b, 2, out=b)
+    return b + 1,
+''',
+        inputs={'bases': [{'shape': [3], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 0, 'expr': 'x.detach()'}]},
+        seed=0,
+    )
+
+
+@XFAIL("aotgrad raises 'A view was created in no_grad mode and its base ... has been modified inplace': it treats the detached alias b as requiring grad")
+def test_no_grad_view_and_mutation_of_detached_alias_of_grad_input():
+    """a = x (requires grad), b = x.detach(); t1 = b.t() and b.sub_(1) under no_grad; t1 + 1 returned: legal in eager (b does not require grad)."""
+    check_case(
+        source='''
+def f(a, b):
+    with torch.no_grad():
+        t1 = b.t()
+        b.sub_(1)
+    return t1 + 1,
+''',
+        inputs={'bases': [{'shape': [3, 1], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 0, 'expr': 'x.detach()'}]},
+        seed=0,
+    )
+
+
+@XFAIL("aotgrad raises 'Can't detach views in-place': the input a (x.detach(), not a view) is rebuilt as a view of the mutated alias")
+def test_detach__of_detached_alias_after_mutation_of_other_alias():
+    """a = x.detach(), d = x; d.pow_(2), then a.detach_() under no_grad: a is no view in eager, so detach_ is legal."""
+    check_case(
+        source='''
+def f(a, d):
+    d.pow_(2)
+    with torch.no_grad():
+        a.detach_()
+    t0 = d.reshape(1, 6)
+    t1 = t0.t()
+    return t1,
+''',
+        inputs={'bases': [{'shape': [2, 3, 1], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.detach()'}, {'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        modes=['no_grad'],
+        seed=434,
+    )
+
+
+@XFAIL("aotgrad raises 'expand(... [1, 1, 1], size=[1, 3]): the number of sizes provided (2) must be greater or equal ...': it replays t3 = t2.expand(1, 3) against t2's new 3-d shape")
+def test_expand_view_of_intermediate_replayed_after_two_unsqueeze_():
+    """t3 = t2.expand(1, 3) is taken before t2.unsqueeze_(-1); t2.unsqueeze_(1): eager keeps t3 as it was."""
+    check_case(
+        source='''
+def f(a):
+    t2 = a.softmax(-1)
+    t3 = t2.expand(1, 3)
+    t2.unsqueeze_(-1)
+    t2.unsqueeze_(1)
+    t6 = t3.cumsum(0)
+    return a,
+''',
+        inputs={'bases': [{'shape': [], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.unsqueeze(0)'}]},
+        seed=1254,
+    )
+
+
 # --------------------------------------------------------------------------- found against torch's aot_function
 # (AOTGRAD_FUZZ_IMPL=torch); checked here against aotgrad.
 
