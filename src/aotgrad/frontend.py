@@ -11,6 +11,7 @@ the same aliasing pattern where the entry depends on it.
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -57,6 +58,14 @@ def _storage_use_count(t: torch.Tensor) -> int:
 
 #: the use count of a storage that only one tensor holds (as seen through _storage_use_count)
 _EXCLUSIVE_USE_COUNT = _storage_use_count(torch.empty(1))
+
+
+def _picker(indices: tuple[int, ...]) -> Callable[[Any], tuple]:
+    """``pick(seq) -> tuple(seq[i] for i in indices)``, in C (``itemgetter``)."""
+    if len(indices) == 1:
+        (i,) = indices
+        return lambda seq: (seq[i],)
+    return operator.itemgetter(*indices)
 
 
 @dataclass(frozen=True)
@@ -171,10 +180,16 @@ class EntryGuard:
     ) -> None:
         self.layout = layout
         self.grad_enabled = grad_enabled
+        # TensorGuards.check also fails when one object sits at two of its positions, so it
+        # guards one tensor per distinct object; the duplicates are checked by identity
+        # (``_duplicate_pairs``), and an identical object has identical metadata.
+        #: picks the distinct tensors out of a call's tensor leaves (None: all are distinct)
+        self._pick_distinct = _picker(layout.distinct_tensors) if layout.has_duplicates else None
+        guarded = [tensors[k] for k in layout.distinct_tensors]
         self._tensor_guards = TensorGuards(
-            *tensors,
-            dynamic_dims_sizes=[list(t.size()) for t in tensors],
-            dynamic_dims_strides=[list(t.stride()) for t in tensors],
+            *guarded,
+            dynamic_dims_sizes=[list(t.size()) for t in guarded],
+            dynamic_dims_strides=[list(t.stride()) for t in guarded],
         )
         self._constant_keys = tuple((pos, _constant_key(v)) for pos, v in layout.constants)
         self._duplicate_pairs = tuple(
@@ -209,12 +224,13 @@ class EntryGuard:
         tensor_check = self._tensor_guards.check
         relations = self._relations if self._has_relations else None
         is_grad_enabled = torch.is_grad_enabled
+        pick = self._pick_distinct or (lambda args: args)
 
         def check_flat(args: tuple) -> bool:
             if len(args) != n or is_grad_enabled() is not grad_enabled:
                 return False
             try:
-                if not tensor_check(*args):
+                if not tensor_check(*pick(args)):
                     return False
             except TypeError:  # a non-tensor where a tensor was
                 return False
@@ -248,6 +264,24 @@ class EntryGuard:
 
             return fast
         relations = self._relations
+        pick = self._pick_distinct
+        if pick is not None:
+            n = self.layout.num_leaves
+
+            def fast_deduplicated(args: tuple) -> Any:
+                # the picked tuple has TensorGuards' arity whatever len(args) is: check it
+                if len(args) != n or is_grad_enabled() is not grad_enabled:
+                    return miss
+                try:
+                    if not tensor_check(*pick(args)):
+                        return miss
+                except TypeError:
+                    return miss
+                if not relations(args):
+                    return miss
+                return run(args)
+
+            return fast_deduplicated
 
         def fast_with_relations(args: tuple) -> Any:
             if is_grad_enabled() is not grad_enabled:
@@ -324,7 +358,7 @@ class EntryGuard:
                 return False
         tensors = layout.tensors_of(leaves)
         try:
-            if not self._tensor_guards.check(*tensors):
+            if not self._tensor_guards.check(*(tensors if self._pick_distinct is None else self._pick_distinct(tensors))):
                 return False
         except TypeError:
             return False
