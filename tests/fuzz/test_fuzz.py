@@ -41,7 +41,7 @@ def _impl():
 
 # signature prefix -> regression tests (test_fuzz_regressions.py) that track it
 KNOWN: dict[str, list[str]] = {
-    "call.output.is_view": ["test_dtype_view_of_no_grad_views_of_input", "test_metadata_mutated_detach_of_input_is_not_a_view"],
+    "call.output.is_view": ["test_dtype_view_of_no_grad_views_of_input", "test_metadata_mutated_detach_of_input_is_not_a_view", "test_dtype_view_of_input_then_input_t_"],
     "call.output._base": ["test_split_of_detached_alias_base_after_input_t_", "test_view_of_returned_detach_has_it_as_base"],
     "call.output.is_leaf": ["test_no_grad_view_of_input_then_base_mutated_grad_fn_raises", "test_multi_output_view_chain_invalidated_by_base_mutation", "test_no_grad_views_then_as_strided_on_detached_alias"],
     "call.output.requires_grad": ["test_detach_output_of_metadata_mutated_input", "test_detach_then_inplace_with_grad_operands_requires_grad"],
@@ -62,6 +62,8 @@ KNOWN: dict[str, list[str]] = {
     "call: impl raised, eager did not: RuntimeError: A view was created in no_grad mode and its base": ["test_no_grad_view_and_mutation_of_detached_alias_of_grad_input"],
     "call: impl raised, eager did not: RuntimeError: Can't detach views in-place": ["test_detach__of_detached_alias_after_mutation_of_other_alias"],
     "call: impl raised, eager did not: RuntimeError: expand(MetaFloatType": ["test_expand_view_of_intermediate_replayed_after_two_unsqueeze_"],
+    "call: impl raised, eager did not: RuntimeError: t() expects a tensor with": ["test_t_view_of_intermediate_replayed_after_unsqueeze_"],
+    "post: impl raised, eager did not: RuntimeError: Can't detach views in-place": ["test_detach__of_dtype_view_output_after_input_t_"],
     "backward.baseN.grad kind": ["test_no_grad_view_chain_blocks_gradient"],
     "backward: eager raised, impl did not: RuntimeError: invalid gradient": ["test_unsqueeze__under_no_grad_then_backward_shape_error"],
     "backward: eager raised, impl did not: RuntimeError: Trying to use a saved tensor that has been detac": ["test_backward_after_detach__of_output_saved_for_backward"],
