@@ -14,7 +14,8 @@ runs under ``no_grad``), times per call, in microseconds:
 
 and the ratio ours/torch (of the medians; "(min)" is the same ratio of the fastest repeats,
 steadier when the machine is shared), and each wrapper's own cost above the floor
-(ours-floor, torch-floor; can come out slightly negative from noise). Training rows are reported twice: the forward call alone ("fw") and forward
+(ours-floor, torch-floor; can come out slightly negative from noise). ``floor/torch`` is the
+lowest ours/torch any correct runtime over our graphs could reach on that row. Training rows are reported twice: the forward call alone ("fw") and forward
 plus ``torch.autograd.backward`` of the first output ("fw+bw"). Tensors are tiny so that
 overhead, not arithmetic, dominates. ``graph`` and ``floor`` use our graphs (torch's when
 ours are unavailable; the column header says which).
@@ -411,7 +412,7 @@ def main():
     print(f"\nper-call time in µs (median of {args.repeat} repeats), "
           f"torch.set_num_threads({torch.get_num_threads()}); graph/floor from {src} graphs")
     headers = ["case", "mode", "eager", "ours", "torch", "graph", "floor", "ours/torch",
-               "(min)", "ours-floor", "torch-floor"]
+               "(min)", "floor/torch", "ours-floor", "torch-floor"]
     table = []
     for r in rows:
         u = r.us
@@ -421,6 +422,7 @@ def main():
             fmt(u.get("torch")), fmt(u.get("graph")), fmt(floor),
             fmt(ratio(u.get("ours"), u.get("torch")), ".2f"),
             fmt(ratio(r.min_us.get("ours"), r.min_us.get("torch")), ".2f"),
+            fmt(ratio(floor, u.get("torch")), ".2f"),
             fmt(None if u.get("ours") is None or floor is None else u["ours"] - floor),
             fmt(None if u.get("torch") is None or floor is None else u["torch"] - floor),
         ])

@@ -598,3 +598,19 @@ def test_cached_snapshot_sees_changes_of_the_module_tree(change, check, monkeypa
         assert (p.grad is None) == (q.grad is None), n
         if p.grad is not None:
             _close(p.grad, q.grad)
+
+
+def test_reordered_sequential_children_are_seen():
+    """``del seq[i]`` leaves an OrderedDict in ``_modules``, which move_to_end reorders in place."""
+    torch.manual_seed(0)
+    seq = nn.Sequential(nn.Linear(3, 3), nn.Tanh(), nn.Linear(3, 3), nn.ReLU())
+    cm = aot_module(seq, nop)
+    x = torch.randn(2, 3)
+    for _ in range(2):
+        _close(cm(x), seq(x))
+    del seq[3]
+    for _ in range(2):
+        _close(cm(x), seq(x))
+    seq._modules.move_to_end(next(iter(seq._modules)))  # Linear first -> last
+    for _ in range(2):
+        _close(cm(x), seq(x))

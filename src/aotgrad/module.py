@@ -26,7 +26,6 @@ first, in ``named_parameters`` / ``named_buffers`` order.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import copy
 import inspect
@@ -160,7 +159,9 @@ def _state_guard(modules: tuple[nn.Module, ...]) -> Optional[Callable[[tuple], b
             d = mgr.get_generic_dict_manager(f"{src}.__dict__", attrs, kind)
             for a in _STATE_DICTS:
                 v = attrs[a]
-                if type(v) not in (dict, collections.OrderedDict):
+                # An OrderedDict can be reordered (move_to_end) without a new version tag,
+                # and order matters (Sequential runs its children in _modules order).
+                if type(v) is not dict:
                     return None
                 am = d.dict_getitem_manager(a, f"{src}.{a}", v, kind)
                 am.add_id_match_guard(id(v), [f"id({src}.{a})"], None)
