@@ -39,52 +39,66 @@ def _impl():
     return default_impl()
 
 
-# signature prefix -> regression tests (test_fuzz_regressions.py) that track it
+# signature prefix -> regression tests (test_fuzz_regressions.py) that track it, grouped by likely
+# root cause, most severe first.  test_known_matches_open_regressions keeps this in sync with the
+# strict-xfail tests (each listed test must fail with exactly its key's signature).
 KNOWN: dict[str, list[str]] = {
-    "call.output.is_view": ["test_dtype_view_of_no_grad_views_of_input", "test_metadata_mutated_detach_of_input_is_not_a_view", "test_dtype_view_of_input_then_input_t_"],
-    "call.output._base": ["test_split_of_detached_alias_base_after_input_t_", "test_view_of_returned_detach_has_it_as_base"],
-    "call.output.is_leaf": ["test_no_grad_view_of_input_then_base_mutated_grad_fn_raises", "test_multi_output_view_chain_invalidated_by_base_mutation", "test_no_grad_views_then_as_strided_on_detached_alias"],
-    "call.output.requires_grad": ["test_detach_output_of_metadata_mutated_input", "test_detach_then_inplace_with_grad_operands_requires_grad"],
-    "call.output.stride": ["test_ones_like_of_expanded_narrow_strides", "test_inplace_add_on_intermediate_of_strided_input_keeps_strides"],
+    # --- wrong values (outputs, inputs, gradients)
     "call.output values": ["test_mutation_through_view_of_input_after_as_strided_", "test_view_of_transposed_input_after_masked_fill__and_metadata_mutation"],
-    "backward.baseN.grad values": ["test_grad_mode_view_of_no_grad_view_of_input_corrupts_input_grad", "test_grad_mode_view_of_no_grad_view_of_intermediate_corrupts_input_grad", "test_mul__through_t__mutated_view_of_intermediate_grad", "test_grad_of_view_of_intermediate_taken_before_t_"],
-    "backward.baseN.grad.stride": ["test_t__on_noncontiguous_input_strides", "test_grad_strides_of_permuted_input_with_no_grad_metadata_mutation"],
-    "backward.baseN.grad.shape": ["test_grad_shape_of_leaf_unsqueezed_under_no_grad", "test_grad_shape_of_leaf_unsqueezed_under_no_grad_through_flatten_alias"],
     "call.baseN values": ["test_data_mutation_through_view_of_input_moved_by_as_strided_", "test_data_mutation_then_as_strided__of_detached_input", "test_inplace_add_on_self_overlapping_as_strided_input"],
     "call.argN values": ["test_mutation_of_alias_after_as_strided__of_other_alias"],
-    "backward: impl raised, eager did not: RuntimeError: A view was created in no_grad mode and its base": ["test_t__on_non_leaf_input_then_matmul_backward"],
-    "backward: eager raised, impl did not: RuntimeError: one of the variables needed": ["test_backward_after_mutating_returned_input_saved_by_relu_"],
-    "backward: eager raised, impl did not: RuntimeError: Function AsStridedBackwardN": ["test_backward_through_reshape_of_input_unsqueezed_under_no_grad"],
-    "call: impl raised, eager did not: ValueError: Cannot view a tensor with shape": ["test_masked_fill__on_transposed_view_of_input"],
-    "call: eager raised, impl did not: RuntimeError: a view of a leaf Variable that requires grad": ["test_metadata_mutation_of_view_of_leaf_raises"],
-    "backward: eager raised, impl did not: RuntimeError: A view was created in no_grad mode and its base": ["test_backward_through_no_grad_view_of_input_mutated_later"],
-    "call: impl raised, eager did not: RuntimeError: mul(): functions with out=... arguments": ["test_out_into_detached_alias_of_grad_input"],
-    "call: impl raised, eager did not: RuntimeError: A view was created in no_grad mode and its base": ["test_no_grad_view_and_mutation_of_detached_alias_of_grad_input"],
-    "call: impl raised, eager did not: RuntimeError: Can't detach views in-place": ["test_detach__of_detached_alias_after_mutation_of_other_alias"],
-    "call: impl raised, eager did not: RuntimeError: expand(MetaFloatType": ["test_expand_view_of_intermediate_replayed_after_two_unsqueeze_"],
-    "call: impl raised, eager did not: RuntimeError: t() expects a tensor with": ["test_t_view_of_intermediate_replayed_after_unsqueeze_"],
-    "post: impl raised, eager did not: RuntimeError: Can't detach views in-place": ["test_detach__of_dtype_view_output_after_input_t_"],
-    "backward.baseN.grad kind": ["test_no_grad_view_chain_blocks_gradient"],
-    "backward: eager raised, impl did not: RuntimeError: invalid gradient": ["test_unsqueeze__under_no_grad_then_backward_shape_error"],
-    "backward: eager raised, impl did not: RuntimeError: Trying to use a saved tensor that has been detac": ["test_backward_after_detach__of_output_saved_for_backward"],
-    "backward: impl raised, eager did not: RuntimeError: one of the variables needed": ["test_unsqueeze__on_detached_alias_of_input_passed_twice"],
+    "backward.baseN.grad values": ["test_grad_mode_view_of_no_grad_view_of_input_corrupts_input_grad", "test_grad_mode_view_of_no_grad_view_of_intermediate_corrupts_input_grad", "test_mul__through_t__mutated_view_of_intermediate_grad", "test_grad_of_view_of_intermediate_taken_before_t_"],
+    # --- wrong metadata: aliasing, requires_grad, strides, grad layout
+    "call.output.is_view": ["test_dtype_view_of_no_grad_views_of_input", "test_metadata_mutated_detach_of_input_is_not_a_view", "test_dtype_view_of_input_then_input_t_"],
+    "call.output._base": ["test_split_of_detached_alias_base_after_input_t_", "test_view_of_returned_detach_has_it_as_base"],
+    "call.output.requires_grad": ["test_detach_output_of_metadata_mutated_input", "test_detach_then_inplace_with_grad_operands_requires_grad"],
     "backward: impl raised, eager did not: RuntimeError: element N of tensors does not require grad": ["test_detach_then_mul__by_input_requires_grad"],
-    "call: eager raised, impl did not: RuntimeError: unsupported operation: some elements": ["test_overlapping_inplace_add_raises"],
-    "call: impl raised, eager did not: AotgradCompileError: aotgrad could not trace": ["test_unneeded_backward_with_version_error_does_not_raise_at_call", "test_views_between_two_unsqueeze__of_intermediate", "test_backward_of_mutated_input_not_traced_unless_needed"],
-    "call: impl raised, eager did not: AotgradCompileError: aotgrad: input N is detached in place": ["test_detach__on_leaf_input", "test_detach__on_input_under_no_grad_call", "test_detach__on_leaf_input_then_used", "test_detach__on_non_leaf_input", "test_detach__then_view_of_leaf_input"],
-    "call: impl raised, eager did not: AotgradCompileError: aotgrad: in-place": ["test_zero__on_expanded_input", "test_fill__through_expanded_view_of_input", "test_masked_fill__through_expand_of_as_strided__input", "test_metadata_mutation_of_expanded_view_is_not_a_write"],
-    "call: impl raised, eager did not: AotgradCompileError: aotgrad: inputs [..] share storage": ["test_aliased_inputs_without_common_base"],
-    "call: impl raised, eager did not: RuntimeError: During torch.compile, encountered a mutation": ["test_mutation_through_as_strided_view_chain"],
-    "call: impl raised, eager did not: RuntimeError: a view of a leaf Variable that requires grad": ["test_inplace_on_detach_input_alias_of_leaf"],
+    "call.output.stride": ["test_ones_like_of_expanded_narrow_strides", "test_inplace_add_on_intermediate_of_strided_input_keeps_strides"],
+    "backward.baseN.grad.stride": ["test_t__on_noncontiguous_input_strides", "test_grad_strides_of_permuted_input_with_no_grad_metadata_mutation"],
+    "backward.baseN.grad.shape": ["test_grad_shape_of_leaf_unsqueezed_under_no_grad", "test_grad_shape_of_leaf_unsqueezed_under_no_grad_through_flatten_alias"],
+    "backward.baseN.grad kind": ["test_no_grad_view_chain_blocks_gradient"],
+    # --- views invalidated by a later in-place op: eager raises on use, aotgrad rebuilds them
+    "call.output.is_leaf": ["test_no_grad_view_of_input_then_base_mutated_grad_fn_raises", "test_multi_output_view_chain_invalidated_by_base_mutation", "test_no_grad_views_then_as_strided_on_detached_alias"],
+    "backward: eager raised, impl did not: RuntimeError: Output N of Split is a view and its base": ["test_split_view_invalidated_by_no_grad_inplace_on_aliased_input"],
+    "backward: eager raised, impl did not: RuntimeError: A view was created in no_grad mode and its base": ["test_backward_through_no_grad_view_of_input_mutated_later"],
+    # --- raising where eager does not: views replayed against a base whose metadata changed since
     "call: impl raised, eager did not: RuntimeError: The expanded size": ["test_expand_view_replayed_after_base_t_"],
     "call: impl raised, eager did not: IndexError: select()": ["test_view_of_intermediate_mutated_after_base_as_strided_"],
+    "call: impl raised, eager did not: RuntimeError: permute(sparse_coo)": ["test_views_of_intermediate_replayed_after_unsqueeze_"],
+    "call: impl raised, eager did not: RuntimeError: expand(MetaFloatType": ["test_expand_view_of_intermediate_replayed_after_two_unsqueeze_"],
+    "call: impl raised, eager did not: RuntimeError: t() expects a tensor with": ["test_t_view_of_intermediate_replayed_after_unsqueeze_"],
+    "call: impl raised, eager did not: AotgradCompileError: aotgrad could not trace": ["test_unneeded_backward_with_version_error_does_not_raise_at_call", "test_views_between_two_unsqueeze__of_intermediate", "test_backward_of_mutated_input_not_traced_unless_needed"],
+    # --- raising where eager does not: detach() aliases of grad-requiring inputs treated as requiring grad
     "call: impl raised, eager did not: RuntimeError: Output N of Unbind is a view": ["test_inplace_on_unbind_output_of_non_grad_alias"],
     "call: impl raised, eager did not: RuntimeError: Output N of Split is a view": ["test_no_grad_inplace_on_split_output_of_detached_alias"],
-    "call: impl raised, eager did not: RuntimeError: setStorage": ["test_as_strided__on_input_view_reaching_past_its_extent"],
-    "call: impl raised, eager did not: RuntimeError: a leaf Variable that requires grad": ["test_detach__then_unsqueeze__of_leaf_input_with_unbind_views"],
+    "call: impl raised, eager did not: RuntimeError: Output N of Select is a view": ["test_setitem_on_unbind_output_of_no_grad_view_of_detached_alias"],
+    "call: impl raised, eager did not: RuntimeError: mul(): functions with out=... arguments": ["test_out_into_detached_alias_of_grad_input"],
+    "call: impl raised, eager did not: RuntimeError: A view was created in no_grad mode and its base": ["test_no_grad_view_and_mutation_of_detached_alias_of_grad_input"],
     "call: impl raised, eager did not: RuntimeError: A view was created in no_grad mode and is being": ["test_metadata_mutation_of_no_grad_view_of_detached_alias"],
+    "call: impl raised, eager did not: RuntimeError: Can't detach views in-place": ["test_detach__of_detached_alias_after_mutation_of_other_alias"],
+    "post: impl raised, eager did not: RuntimeError: Can't detach views in-place": ["test_detach__of_dtype_view_output_after_input_t_"],
+    "call: impl raised, eager did not: RuntimeError: a view of a leaf Variable that requires grad": ["test_inplace_on_detach_input_alias_of_leaf"],
+    # --- raising where eager does not: detach_() / in-place on leaves and their views
+    "call: impl raised, eager did not: AotgradCompileError: aotgrad: input N is detached in place": ["test_detach__on_leaf_input", "test_detach__on_input_under_no_grad_call", "test_detach__on_leaf_input_then_used", "test_detach__on_non_leaf_input", "test_detach__then_view_of_leaf_input"],
+    "call: impl raised, eager did not: RuntimeError: a leaf Variable that requires grad": ["test_detach__then_unsqueeze__of_leaf_input_with_unbind_views"],
+    # --- raising where eager does not: writes through overlapping memory, as_strided_ beyond the view
+    "call: impl raised, eager did not: AotgradCompileError: aotgrad: in-place": ["test_zero__on_expanded_input", "test_fill__through_expanded_view_of_input", "test_masked_fill__through_expand_of_as_strided__input", "test_metadata_mutation_of_expanded_view_is_not_a_write"],
     "call: impl raised, eager did not: RuntimeError: unsupported operation: more than one element": ["test_setitem_on_row_of_expanded_input"],
-    "call: impl raised, eager did not: RuntimeError: permute(sparse_coo)": ["test_views_of_intermediate_replayed_after_unsqueeze_"],
+    "call: impl raised, eager did not: RuntimeError: setStorage": ["test_as_strided__on_input_view_reaching_past_its_extent"],
+    "call: impl raised, eager did not: ValueError: Cannot view a tensor with shape": ["test_masked_fill__on_transposed_view_of_input"],
+    # --- raising where eager does not: other
+    "call: impl raised, eager did not: AotgradCompileError: aotgrad: inputs [..] share storage": ["test_aliased_inputs_without_common_base"],
+    "call: impl raised, eager did not: RuntimeError: During torch.compile, encountered a mutation": ["test_mutation_through_as_strided_view_chain"],
+    "backward: impl raised, eager did not: RuntimeError: A view was created in no_grad mode and its base": ["test_t__on_non_leaf_input_then_matmul_backward"],
+    "backward: impl raised, eager did not: RuntimeError: one of the variables needed": ["test_unsqueeze__on_detached_alias_of_input_passed_twice"],
+    # --- not raising where eager does
+    "call: eager raised, impl did not: RuntimeError: a view of a leaf Variable that requires grad": ["test_metadata_mutation_of_view_of_leaf_raises"],
+    "call: eager raised, impl did not: RuntimeError: Can't detach views in-place": ["test_detach__of_view_input_raises"],
+    "call: eager raised, impl did not: RuntimeError: unsupported operation: some elements": ["test_overlapping_inplace_add_raises"],
+    "backward: eager raised, impl did not: RuntimeError: one of the variables needed": ["test_backward_after_mutating_returned_input_saved_by_relu_"],
+    "backward: eager raised, impl did not: RuntimeError: Trying to use a saved tensor that has been detac": ["test_backward_after_detach__of_output_saved_for_backward"],
+    "backward: eager raised, impl did not: RuntimeError: invalid gradient": ["test_unsqueeze__under_no_grad_then_backward_shape_error"],
+    "backward: eager raised, impl did not: RuntimeError: Function AsStridedBackwardN": ["test_backward_through_reshape_of_input_unsqueezed_under_no_grad"],
 }
 
 

@@ -1262,6 +1262,54 @@ def f(a):
     )
 
 
+@XFAIL("aotgrad does not raise")
+def test_detach__of_view_input_raises():
+    """a = x.unsqueeze(0) is a view: eager's a.detach_() raises 'Can't detach views in-place'."""
+    check_case(
+        source='''
+def f(a):
+    a.detach_()
+    return a + 1,
+''',
+        inputs={'bases': [{'shape': [2], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.unsqueeze(0)'}]},
+        seed=0,
+    )
+
+
+@XFAIL("aotgrad's backward succeeds (and its output has a grad_fn): a multi-output view invalidated by a no_grad in-place op through an aliased input")
+def test_split_view_invalidated_by_no_grad_inplace_on_aliased_input():
+    """t0 = b.split(1, 0)[0]; then a.sin_() under no_grad, a = x[::2] aliasing b = x: eager raises 'Output 0 of Split is a view and its base ... has been modified inplace' on use."""
+    check_case(
+        source='''
+def f(a, b):
+    t0 = b.split(1, 0)[0]
+    with torch.no_grad():
+        a.sin_()
+    return t0,
+''',
+        inputs={'bases': [{'shape': [2, 1], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x[::2]'}, {'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        seed=784,
+    )
+
+
+@XFAIL("aotgrad raises 'Output 0 of Select is a view and is being modified inplace': it treats views of the detached alias b as views of the grad-requiring a")
+def test_setitem_on_unbind_output_of_no_grad_view_of_detached_alias():
+    """b = x.detach() (a = x requires grad); t0 = b.unbind(0)[2] under no_grad; t0.unbind(0)[2][-1] = 1.0: legal in eager."""
+    check_case(
+        source='''
+def f(a, b):
+    with torch.no_grad():
+        t0 = b.unbind(0)[2]
+    t4, t5, t6 = t0.unbind(0)
+    t6[-1] = 1.0
+    t9 = t6.unbind(0)[1]
+    return t9,
+''',
+        inputs={'bases': [{'shape': [4, 3, 4], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 0, 'expr': 'x.detach()'}]},
+        seed=1459,
+    )
+
+
 # --------------------------------------------------------------------------- found against torch's aot_function
 # (AOTGRAD_FUZZ_IMPL=torch); checked here against aotgrad.
 
