@@ -1310,6 +1310,22 @@ def f(a, b):
     )
 
 
+@XFAIL("aotgrad crashes: AttributeError 'NoneType' object has no attribute 'requires_grad' (runtime.regenerate_alias)")
+def test_matmul_of_as_strided_and_view_of_input_under_no_grad():
+    """Called under no_grad: t8 = a.as_strided((1, 2), (6, 1), 0) @ a.view(4, 1, 2, 1) is a plain (broadcast matmul) result in eager."""
+    check_case(
+        source='''
+def f(a):
+    t0 = a.view(4, 1, 2, 1)
+    t8 = a.as_strided((1, 2), (6, 1), 0)
+    return t8 @ t0,
+''',
+        inputs={'bases': [{'shape': [4, 1, 2], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        modes=['no_grad'],
+        seed=0,
+    )
+
+
 # --------------------------------------------------------------------------- found against torch's aot_function
 # (AOTGRAD_FUZZ_IMPL=torch); checked here against aotgrad.
 
