@@ -94,6 +94,11 @@ def _functional_forward(
         mutated = [inputs[i] for i in md.mutated_input_indices]
         user = [out_leaves[j] for j in user_tensor_outputs]
         bases = [out_leaves[j]._base for j in analysis.intermediate_base_sources]
+        if any(b is None for b in bases):
+            raise AotgradCompileError(
+                "aotgrad internal error: an output that aliased an intermediate in the analysis "
+                "run is not a view when traced; please report this program."
+            )
         return mutated + user + bases
 
     return forward
@@ -200,7 +205,9 @@ def trace_inference(
         if keep_input_mutations and not md.input_info[i].mutates_metadata
     }
     with fake_mode:
-        primals = [t.detach() for t in fake_inputs]
+        # requires_grad kept: some ops decompose differently for inputs that require grad
+        # (matmul's folding), and the analysis ran with it.
+        primals = [t.detach().requires_grad_(t.requires_grad) for t in fake_inputs]
 
     def inference(primals: list) -> list:
         mode = FunctionalTensorMode()
