@@ -91,7 +91,6 @@ KNOWN: dict[str, list[str]] = {
     "call: impl raised, eager did not: RuntimeError: During torch.compile, encountered a mutation": ["test_mutation_through_as_strided_view_chain"],
     "backward: impl raised, eager did not: RuntimeError: A view was created in no_grad mode and its base": ["test_t__on_non_leaf_input_then_matmul_backward"],
     "backward: impl raised, eager did not: RuntimeError: one of the variables needed": ["test_unsqueeze__on_detached_alias_of_input_passed_twice"],
-    "call: impl raised, eager did not: AttributeError: 'NoneType' object has no attribute 'requires_g": ["test_matmul_of_as_strided_and_view_of_input_under_no_grad"],
     "call: impl raised, eager did not: RuntimeError: self.dim() cannot be N to view Long as Float": ["test_mutation_through_expand_of_int32_view_of_0d_intermediate"],
     # --- not raising where eager does
     "call: eager raised, impl did not: RuntimeError: a view of a leaf Variable that requires grad": ["test_metadata_mutation_of_view_of_leaf_raises"],
