@@ -95,6 +95,41 @@ _METADATA_INPLACE = frozenset(
 )
 
 
+#: in-place-named methods that write no tensor data
+_NOT_WRITING_INPLACE = frozenset({"requires_grad_", "share_memory_", "detach_", "retain_grad_", "set_"})
+
+#: above this many elements, a layout the quick test cannot clear is not enumerated
+_OVERLAP_ENUMERATION_LIMIT = 1 << 16
+
+
+def overlaps_itself(size: tuple[int, ...], stride: tuple[int, ...]) -> bool:
+    """True when two elements of a strided layout share a memory location.
+
+    Quick test first (each stride, in ascending order, past the extent of the smaller ones:
+    no overlap); else the offsets are enumerated for small tensors. A large layout the quick
+    test cannot clear is reported as not overlapping (as eager's own check says "too hard").
+    """
+    dims = sorted((st, sz) for sz, st in zip(size, stride) if sz > 1)
+    if any(st == 0 for st, _ in dims):
+        return True
+    extent = 0
+    for st, sz in dims:
+        if st <= extent:
+            break
+        extent += (sz - 1) * st
+    else:
+        return False
+    numel = 1
+    for _, sz in dims:
+        numel *= sz
+    if numel > _OVERLAP_ENUMERATION_LIMIT:
+        return False
+    offsets = {0}
+    for st, sz in dims:
+        offsets = {o + k * st for o in offsets for k in range(sz)}
+    return len(offsets) < numel
+
+
 class _EagerChecks(TorchFunctionMode):
     """Checks, at the user's call sites, what the functional run cannot see by itself.
 
@@ -123,15 +158,17 @@ class _EagerChecks(TorchFunctionMode):
         if (
             name.endswith("_")
             and not name.endswith("__")
+            and name not in _METADATA_INPLACE
+            and name not in _NOT_WRITING_INPLACE
             and args
             and isinstance(args[0], FunctionalTensor)
-            and any(st == 0 and sz > 1 for sz, st in zip(args[0].shape, args[0].stride()))
+            and overlaps_itself(tuple(args[0].shape), tuple(args[0].stride()))
         ):
             raise AotgradCompileError(
-                f"aotgrad: in-place {name} on an expanded view (a dimension of stride 0) at "
-                f"{current_user_line()}: functionalization cannot express a write through memory that "
-                "overlaps itself. Write into a contiguous tensor (e.g. .contiguous() or clone()) "
-                "instead."
+                f"aotgrad: in-place {name} on a tensor whose elements overlap in memory (an "
+                f"expanded view, say) at {current_user_line()}: functionalization cannot express "
+                "a write through memory that overlaps itself. Write into a contiguous tensor "
+                "(e.g. .contiguous() or clone()) instead."
             )
         for t in pytree.tree_leaves((args, kwargs)):
             if (
