@@ -1132,7 +1132,7 @@ def f(c):
     )
 
 
-@XFAIL("wrong input values: eager's add_ on a self-overlapping (not expanded) input adds 1 twice to the shared element; aotgrad's functional add_ + write-back adds it once")
+@XFAIL("aotgrad rejects add_ on a self-overlapping input at compile time (AotgradCompileError 'functionalization cannot express a write through memory that overlaps itself'); eager writes element by element, adding 1 twice to the shared element (aotgrad gave wrong values before it rejected this)")
 def test_inplace_add_on_self_overlapping_as_strided_input():
     """c = x.as_strided((2, 2), (1, 1), 0): c[0, 1] and c[1, 0] are the same element; eager does not reject the in-place op (no stride 0), it writes element by element."""
     check_case(
