@@ -3,23 +3,23 @@
 from . import compilers, partition
 from .api import aot_function
 from .backend import backend
-from .module import AOTModule, aot_module, aot_module_simplified
 from .dispatch import AotFunction
 from .errors import AotgradCompileError
 from .metadata import InputInfo, OutputInfo, OutputType, ViewAndMutationMetadata
+from .module import AOTModule, aot_module, aot_module_simplified
 
 __all__ = [
-    "aot_function",
-    "aot_module",
-    "aot_module_simplified",
     "AOTModule",
-    "backend",
     "AotFunction",
     "AotgradCompileError",
     "InputInfo",
     "OutputInfo",
     "OutputType",
     "ViewAndMutationMetadata",
+    "aot_function",
+    "aot_module",
+    "aot_module_simplified",
+    "backend",
     "compilers",
     "partition",
 ]

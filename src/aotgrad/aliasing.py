@@ -17,15 +17,16 @@ Aliased inputs that are not mutated need none of this and keep one graph input e
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any
 
 import torch
 
 from .errors import AotgradCompileError
 from .metadata import ViewAndMutationMetadata
 
-__all__ = ["SyntheticBase", "InputAliasing", "plan_input_aliasing"]
+__all__ = ["InputAliasing", "SyntheticBase", "plan_input_aliasing"]
 
 Strided = tuple[tuple[int, ...], tuple[int, ...], int]  # size, stride, storage_offset
 
@@ -150,7 +151,7 @@ def plan_input_aliasing(
     call_inputs: list[torch.Tensor],
     fake_inputs: list[torch.Tensor],
     metadata: ViewAndMutationMetadata,
-) -> Optional[InputAliasing]:
+) -> InputAliasing | None:
     """Decide the synthetic bases for a call, or None when no aliased input is mutated.
 
     ``fake_inputs`` are the fake versions of ``call_inputs`` (same aliasing); ``metadata`` is

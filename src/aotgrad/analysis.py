@@ -8,8 +8,9 @@ Nothing here touches a real tensor: inputs are fake tensors made from the caller
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any
 
 import torch
 import torch._C._functionalization as functionalization
@@ -22,13 +23,13 @@ from torch._subclasses.fake_tensor import (
     UnsupportedOperatorException,
 )
 from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
-from torch.multiprocessing.reductions import StorageWeakRef
 from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+from torch.multiprocessing.reductions import StorageWeakRef
 from torch.overrides import TorchFunctionMode
 
-from .errors import AotgradCompileError, compile_error_from, current_user_line
 from .eager_rewrites import EagerRewrites
 from .effects import effects_as_ordered_nodes
+from .errors import AotgradCompileError, compile_error_from, current_user_line
 from .metadata import InputInfo, OutputInfo, OutputType, ViewAndMutationMetadata
 
 _TRACING_LIMITATIONS = (
@@ -40,7 +41,7 @@ _TRACING_LIMITATIONS = (
 
 _CONSTANT_OUTPUT_TYPES = (int, float, bool, str, complex, type(None), torch.dtype, torch.device, torch.Size)
 
-__all__ = ["Analysis", "analyze", "to_functional", "from_functional", "relative_view_metas"]
+__all__ = ["Analysis", "analyze", "from_functional", "relative_view_metas", "to_functional"]
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ def from_functional(t: Any) -> Any:
     return t
 
 
-def relative_view_metas(view: FunctionalTensor, base: FunctionalTensor) -> Optional[list]:
+def relative_view_metas(view: FunctionalTensor, base: FunctionalTensor) -> list | None:
     """ViewMetas that rebuild ``view`` from ``base`` (both functional, same storage).
 
     Functionalization records each view's chain from its storage's root; the chain from

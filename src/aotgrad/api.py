@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Callable, Optional
+from collections.abc import Callable
 
 from .dispatch import AotFunction
 from .partition import default_partition
@@ -17,12 +17,12 @@ log = logging.getLogger("aotgrad")
 def aot_function(
     fn: Callable,
     fw_compiler: Callable,
-    bw_compiler: Optional[Callable] = None,
-    partition_fn: Optional[Callable] = None,
-    decompositions: Optional[dict] = None,
+    bw_compiler: Callable | None = None,
+    partition_fn: Callable | None = None,
+    decompositions: dict | None = None,
     num_params_buffers: int = 0,
     keep_inference_input_mutations: bool = False,
-    inference_compiler: Optional[Callable] = None,
+    inference_compiler: Callable | None = None,
     *,
     dynamic: bool = False,
 ) -> AotFunction:

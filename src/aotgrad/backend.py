@@ -25,7 +25,8 @@ What Dynamo (torch 2.13) hands a backend, and how it is handled:
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.fx
@@ -33,7 +34,7 @@ import torch.fx
 from . import compilers
 from .module import aot_module_simplified
 
-__all__ = ["backend", "aotgrad_backend", "aotgrad_inductor_backend", "AotgradBackend"]
+__all__ = ["AotgradBackend", "aotgrad_backend", "aotgrad_inductor_backend", "backend"]
 
 log = logging.getLogger(__name__)
 
@@ -62,13 +63,13 @@ class AotgradBackend:
 
     def __init__(
         self,
-        fw_compiler: Optional[Callable] = None,
-        bw_compiler: Optional[Callable] = None,
-        partition_fn: Optional[Callable] = None,
-        decompositions: Optional[dict] = None,
+        fw_compiler: Callable | None = None,
+        bw_compiler: Callable | None = None,
+        partition_fn: Callable | None = None,
+        decompositions: dict | None = None,
         keep_inference_input_mutations: bool = False,
-        inference_compiler: Optional[Callable] = None,
-        dynamic: Optional[bool] = False,
+        inference_compiler: Callable | None = None,
+        dynamic: bool | None = False,
         name: str = "aotgrad",
     ):
         self.fw_compiler = fw_compiler if fw_compiler is not None else compilers.nop
@@ -108,13 +109,13 @@ class AotgradBackend:
 
 
 def backend(
-    fw_compiler: Optional[Callable] = None,
-    bw_compiler: Optional[Callable] = None,
-    partition_fn: Optional[Callable] = None,
-    decompositions: Optional[dict] = None,
+    fw_compiler: Callable | None = None,
+    bw_compiler: Callable | None = None,
+    partition_fn: Callable | None = None,
+    decompositions: dict | None = None,
     keep_inference_input_mutations: bool = False,
-    inference_compiler: Optional[Callable] = None,
-    dynamic: Optional[bool] = False,
+    inference_compiler: Callable | None = None,
+    dynamic: bool | None = False,
 ) -> AotgradBackend:
     """A configured backend for ``torch.compile(model, backend=aotgrad.backend(...))``.
 

@@ -8,11 +8,12 @@ inputs the compiled callable will receive.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch.fx
 
-__all__ = ["nop", "print_graph", "InductorCompiler", "inductor", "inductor_bw", "inductor_inference"]
+__all__ = ["InductorCompiler", "inductor", "inductor_bw", "inductor_inference", "nop", "print_graph"]
 
 
 def nop(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:

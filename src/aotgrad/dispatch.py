@@ -10,7 +10,8 @@ from __future__ import annotations
 import functools
 import logging
 import operator
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .frontend import MISS, flatten_call
 from .pipeline import AotConfig, CompiledEntry, compile_entry

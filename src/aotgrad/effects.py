@@ -9,7 +9,7 @@ still raises in ``linalg.inv``) without tokens.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 

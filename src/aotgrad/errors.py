@@ -5,11 +5,10 @@ from __future__ import annotations
 import os
 import traceback
 from types import TracebackType
-from typing import Optional
 
 import torch
 
-__all__ = ["AotgradCompileError", "user_frame", "where", "current_user_line", "compile_error_from"]
+__all__ = ["AotgradCompileError", "compile_error_from", "current_user_line", "user_frame", "where"]
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _AOTGRAD_DIR = os.path.dirname(__file__)
@@ -20,7 +19,7 @@ class AotgradCompileError(RuntimeError):
     so the caller's tensors are untouched."""
 
 
-def _innermost_user_frame(frames: traceback.StackSummary) -> Optional[traceback.FrameSummary]:
+def _innermost_user_frame(frames: traceback.StackSummary) -> traceback.FrameSummary | None:
     found = None
     for frame in frames:
         f = os.path.abspath(frame.filename)
@@ -29,18 +28,18 @@ def _innermost_user_frame(frames: traceback.StackSummary) -> Optional[traceback.
     return found
 
 
-def user_frame(tb: Optional[TracebackType]) -> Optional[traceback.FrameSummary]:
+def user_frame(tb: TracebackType | None) -> traceback.FrameSummary | None:
     """The innermost frame of ``tb`` that belongs to neither torch nor aotgrad."""
     return _innermost_user_frame(traceback.extract_tb(tb))
 
 
-def _describe(frame: Optional[traceback.FrameSummary]) -> str:
+def _describe(frame: traceback.FrameSummary | None) -> str:
     if frame is None:
         return "<unknown location>"
     return f'{frame.filename}:{frame.lineno} in {frame.name}: "{(frame.line or "").strip()}"'
 
 
-def where(tb: Optional[TracebackType]) -> str:
+def where(tb: TracebackType | None) -> str:
     """``file:line in fn: "code"`` of the user's frame in ``tb``, or a placeholder."""
     return _describe(user_frame(tb))
 

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import math
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
 from torch._C._dynamo.guards import TensorGuards
 
-__all__ = ["InputLayout", "EntryGuard", "MISS", "flatten_call", "layout_for", "storage_groups"]
+__all__ = ["MISS", "EntryGuard", "InputLayout", "flatten_call", "layout_for", "storage_groups"]
 
 #: what a fast call (:meth:`EntryGuard.fast_call`) returns when its guard does not hold
 MISS = object()
@@ -174,9 +175,9 @@ class EntryGuard:
         tensors: list[torch.Tensor],
         grad_enabled: bool,
         check_storage: bool,
-        leafness: Optional[dict[int, tuple[bool, bool]]] = None,
-        mutated_leaves: Optional[tuple[int, ...]] = None,
-        aliasing_check: Optional[Callable[[list[torch.Tensor]], bool]] = None,
+        leafness: dict[int, tuple[bool, bool]] | None = None,
+        mutated_leaves: tuple[int, ...] | None = None,
+        aliasing_check: Callable[[list[torch.Tensor]], bool] | None = None,
     ) -> None:
         self.layout = layout
         self.grad_enabled = grad_enabled
@@ -238,7 +239,7 @@ class EntryGuard:
 
         return check_flat
 
-    def fast_call(self, run: Callable[[tuple], Any]) -> Optional[Callable[[tuple], Any]]:
+    def fast_call(self, run: Callable[[tuple], Any]) -> Callable[[tuple], Any] | None:
         """For a flat entry, one closure ``fast(args)`` for a positional-only call: the
         checks of :attr:`check_flat`, then ``run(args)``; :data:`MISS` when a check fails.
         Fusing the two saves a Python call per call; None for a non-flat entry."""

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
 __all__ = [
-    "OutputType",
     "InputInfo",
     "OutputInfo",
+    "OutputType",
     "ViewAndMutationMetadata",
 ]
 
@@ -59,7 +59,7 @@ class InputInfo:
     requires_grad: bool
     is_leaf: bool
     #: (size, stride, storage_offset) after the call, when the metadata is mutated
-    new_view: Optional[tuple[tuple[int, ...], tuple[int, ...], int]] = None
+    new_view: tuple[tuple[int, ...], tuple[int, ...], int] | None = None
 
     @property
     def mutated(self) -> bool:
@@ -81,13 +81,13 @@ class OutputInfo:
     """
 
     output_type: OutputType
-    base_index: Optional[int]
+    base_index: int | None
     requires_grad: bool
     size: tuple[int, ...] = ()
     stride: tuple[int, ...] = ()
     storage_offset: int = 0
-    dtype: Optional[torch.dtype] = None
-    duplicate_of: Optional[int] = None
+    dtype: torch.dtype | None = None
+    duplicate_of: int | None = None
     #: a view made under no_grad of a base that requires grad (no grad_fn, as in eager)
     no_grad_view: bool = False
     view_source: Any = field(default=None, compare=False, repr=False)
@@ -126,7 +126,7 @@ class ViewAndMutationMetadata:
         input_info: tuple[InputInfo, ...],
         output_info: tuple[OutputInfo, ...],
         intermediate_base_requires_grad: tuple[bool, ...],
-    ) -> "ViewAndMutationMetadata":
+    ) -> ViewAndMutationMetadata:
         """Make the record and its precomputed index tuples."""
         return ViewAndMutationMetadata(
             input_info=input_info,

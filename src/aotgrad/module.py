@@ -34,16 +34,17 @@ import logging
 import operator
 import os
 import traceback
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any
 
 import torch
 from torch import nn
 
 from .api import aot_function
 
-__all__ = ["aot_module", "aot_module_simplified", "AOTModule"]
+__all__ = ["AOTModule", "aot_module", "aot_module_simplified"]
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +138,7 @@ def _fingerprint(modules: tuple[nn.Module, ...]) -> tuple[list, list, list, list
     )
 
 
-def _state_guard(modules: tuple[nn.Module, ...]) -> Optional[Callable[[tuple], bool]]:
+def _state_guard(modules: tuple[nn.Module, ...]) -> Callable[[tuple], bool] | None:
     """A C++ check (dynamo's guard manager) that ``modules``' state dicts are the same
     objects, unmodified since now (``DICT_VERSION``: CPython bumps a dict's version tag on
     every write), and that their ``training`` flags are the same objects. None when the
@@ -173,7 +174,7 @@ def _state_guard(modules: tuple[nn.Module, ...]) -> Optional[Callable[[tuple], b
         if not root.check(modules):
             return None
         return root.check
-    except Exception:  # noqa: BLE001 - a private API; the fingerprint is always correct
+    except Exception:
         log.debug("aot_module: no C++ state guard, using the Python fingerprint", exc_info=True)
         return None
 
@@ -193,7 +194,7 @@ class _SnapshotCache:
     ``_buffers``, and ``del module.name`` runs no hook. Both modify a dict, so both are seen.
     """
 
-    __slots__ = ("modules", "dicts", "key", "state", "_guard", "_fingerprint")
+    __slots__ = ("_fingerprint", "_guard", "dicts", "key", "modules", "state")
 
     def __init__(self, root: nn.Module) -> None:
         self.modules = tuple(_preorder(root))
@@ -302,7 +303,7 @@ def _is_internal(filename: str) -> bool:
     return filename.startswith(_TORCH_DIR)
 
 
-def _user_frame(exc: BaseException) -> Optional[traceback.FrameSummary]:
+def _user_frame(exc: BaseException) -> traceback.FrameSummary | None:
     """The innermost user-level source line (see :func:`_is_internal`) behind ``exc``.
 
     Follows ``__cause__`` / ``__context__``: the core may wrap a tracing failure in its own
@@ -310,7 +311,7 @@ def _user_frame(exc: BaseException) -> Optional[traceback.FrameSummary]:
     """
     found = None
     seen: set[int] = set()
-    e: Optional[BaseException] = exc
+    e: BaseException | None = exc
     while e is not None and id(e) not in seen:
         seen.add(id(e))
         for fs in traceback.extract_tb(e.__traceback__):
@@ -322,7 +323,7 @@ def _user_frame(exc: BaseException) -> Optional[traceback.FrameSummary]:
 
 def _chain_text(exc: BaseException) -> str:
     parts, seen = [], set()
-    e: Optional[BaseException] = exc
+    e: BaseException | None = exc
     while e is not None and id(e) not in seen:
         seen.add(id(e))
         parts.append(str(e))
@@ -384,9 +385,9 @@ class _CompiledForward:
         self.root = root
         self.aot_kwargs = aot_kwargs
         self.entries: dict[tuple, tuple[_StateLayout, Callable]] = {}
-        self._cache: Optional[_SnapshotCache] = None
+        self._cache: _SnapshotCache | None = None
 
-    def __deepcopy__(self, memo: dict) -> "_CompiledForward":
+    def __deepcopy__(self, memo: dict) -> _CompiledForward:
         # Entries close over the original modules; a copy must trace its own.
         return _CompiledForward(copy.deepcopy(self.root, memo), dict(self.aot_kwargs))
 
@@ -458,11 +459,11 @@ class _CompiledForward:
 
 def _aot_kwargs(
     fw_compiler: Callable,
-    bw_compiler: Optional[Callable],
-    partition_fn: Optional[Callable],
-    decompositions: Optional[dict],
+    bw_compiler: Callable | None,
+    partition_fn: Callable | None,
+    decompositions: dict | None,
     keep_inference_input_mutations: bool,
-    inference_compiler: Optional[Callable],
+    inference_compiler: Callable | None,
     dynamic: bool,
 ) -> dict[str, Any]:
     kwargs: dict[str, Any] = dict(
@@ -504,7 +505,7 @@ class AOTModule(nn.Module):
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         return self._compiled_forward(*args, **kwargs)
 
-    def train(self, mode: bool = True) -> "AOTModule":
+    def train(self, mode: bool = True) -> AOTModule:
         self.orig_module.train(mode)
         self.training = mode
         return self
@@ -539,11 +540,11 @@ class AOTModule(nn.Module):
 def aot_module(
     mod: nn.Module,
     fw_compiler: Callable,
-    bw_compiler: Optional[Callable] = None,
-    partition_fn: Optional[Callable] = None,
-    decompositions: Optional[dict] = None,
+    bw_compiler: Callable | None = None,
+    partition_fn: Callable | None = None,
+    decompositions: dict | None = None,
     keep_inference_input_mutations: bool = False,
-    inference_compiler: Optional[Callable] = None,
+    inference_compiler: Callable | None = None,
     *,
     dynamic: bool = False,
 ) -> AOTModule:
@@ -573,11 +574,11 @@ def aot_module_simplified(
     mod: nn.Module,
     args: Sequence[Any],
     fw_compiler: Callable,
-    bw_compiler: Optional[Callable] = None,
-    partition_fn: Optional[Callable] = None,
-    decompositions: Optional[dict] = None,
+    bw_compiler: Callable | None = None,
+    partition_fn: Callable | None = None,
+    decompositions: dict | None = None,
     keep_inference_input_mutations: bool = False,
-    inference_compiler: Optional[Callable] = None,
+    inference_compiler: Callable | None = None,
     *,
     dynamic: bool = False,
 ) -> Callable:

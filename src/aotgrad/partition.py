@@ -33,22 +33,24 @@ from __future__ import annotations
 import dataclasses
 import logging
 import operator
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import networkx as nx
 import torch
-import torch.fx as fx
-from .effects import is_effectful
+from torch import fx
 from torch.fx.experimental.symbolic_shapes import optimization_hint
 from torch.utils import _pytree as pytree
 
+from .effects import is_effectful
+
 __all__ = [
-    "default_partition",
-    "min_cut_rematerialization_partition",
     "REDUCTION_RECOMPUTE_MAX_NUMEL",
-    "saved_bytes",
     "SavedReport",
     "SavedValue",
+    "default_partition",
+    "min_cut_rematerialization_partition",
+    "saved_bytes",
     "tag_forward_nodes",
 ]
 

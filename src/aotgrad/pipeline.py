@@ -10,8 +10,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any
 
 import torch
 import torch.fx
@@ -20,10 +21,10 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from .aliasing import InputAliasing, plan_input_aliasing
 from .analysis import Analysis, analyze
-from .partition import tag_forward_nodes
-from .frontend import EntryGuard, InputLayout, layout_for, leaf_state
 from .errors import AotgradCompileError
+from .frontend import EntryGuard, InputLayout, layout_for, leaf_state
 from .metadata import OutputType, ViewAndMutationMetadata
+from .partition import tag_forward_nodes
 from .runtime import BackwardSpec, CompiledRuntime, build_runtime
 from .tracing import trace_inference, trace_joint
 
@@ -40,7 +41,7 @@ class AotConfig:
     bw_compiler: Callable
     inference_compiler: Callable
     partition_fn: Callable
-    decompositions: Optional[dict]
+    decompositions: dict | None
     num_params_buffers: int = 0
     keep_inference_input_mutations: bool = False
     #: accepted for API compatibility; graphs are traced with static shapes either way (a
@@ -48,7 +49,7 @@ class AotConfig:
     dynamic: bool = False
 
     @property
-    def trace_decompositions(self) -> Optional[dict]:
+    def trace_decompositions(self) -> dict | None:
         """The user's decompositions, else the forward compiler's own (e.g. Inductor's)."""
         if self.decompositions is not None:
             return self.decompositions
@@ -66,9 +67,9 @@ class CompiledEntry:
     training: bool
     #: the graphs handed to the compilers: "forward"/"backward", or "inference"
     graphs: dict[str, torch.fx.GraphModule] = field(default_factory=dict)
-    joint_graph: Optional[torch.fx.GraphModule] = None
+    joint_graph: torch.fx.GraphModule | None = None
     #: which call inputs were merged into synthetic bases (None: graph inputs = call inputs)
-    input_aliasing: Optional[InputAliasing] = None
+    input_aliasing: InputAliasing | None = None
     compile_seconds: float = 0.0
 
     def __call__(self, leaves: list[Any]) -> Any:
@@ -258,7 +259,7 @@ def _aliases_of_call_inputs(base_analysis: Analysis, call_analysis: Analysis) ->
     return dataclasses.replace(base_analysis, metadata=merged)
 
 
-def _aliasing_runtime(input_aliasing: Optional[InputAliasing], call_analysis: Analysis) -> dict:
+def _aliasing_runtime(input_aliasing: InputAliasing | None, call_analysis: Analysis) -> dict:
     """Runtime arguments for synthetic bases: how to build graph inputs, and the metadata
     mutations of merged inputs (static: sizes do not depend on values)."""
     if input_aliasing is None:
@@ -291,7 +292,7 @@ def _tangent_dependencies(bw_module: torch.fx.GraphModule) -> tuple[frozenset[in
     return tuple(deps.get(g, frozenset()) if isinstance(g, torch.fx.Node) else frozenset() for g in grads)
 
 
-def _view_outputs(gm: torch.fx.GraphModule, md: ViewAndMutationMetadata, num_fwd_outputs: Optional[int]) -> tuple[int, ...]:
+def _view_outputs(gm: torch.fx.GraphModule, md: ViewAndMutationMetadata, num_fwd_outputs: int | None) -> tuple[int, ...]:
     """Forward-output positions of non-aliased user outputs and intermediate bases that the
     graph computes with a view op (an intermediate whose metadata was mutated in place, say).
 

@@ -11,8 +11,9 @@ Order of effects in a call, as in eager: run the forward; write back input mutat
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any
 
 import torch
 import torch._C._functionalization as functionalization
@@ -20,7 +21,7 @@ import torch.utils._pytree as pytree
 
 from .metadata import OutputInfo, OutputType, ViewAndMutationMetadata
 
-__all__ = ["TensorAlias", "build_runtime", "regenerate_alias", "OutputBuilder"]
+__all__ = ["OutputBuilder", "TensorAlias", "build_runtime", "regenerate_alias"]
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +155,7 @@ class Writeback:
     metadata: bool
     visible_to_autograd: bool
     #: (size, stride, storage_offset) after the call, for a metadata mutation
-    new_view: Optional[tuple] = None
+    new_view: tuple | None = None
 
 
 def _writebacks(metadata: ViewAndMutationMetadata, kept: frozenset[int] = frozenset()) -> tuple[Writeback, ...]:
@@ -301,9 +302,9 @@ class CompiledRuntime:
         metadata: ViewAndMutationMetadata,
         out_spec: pytree.TreeSpec,
         fw_callable: Callable,
-        backward: Optional[BackwardSpec],
+        backward: BackwardSpec | None,
         kept_mutations: frozenset[int] = frozenset(),
-        graph_inputs_of: Optional[Callable[[Any], list]] = None,
+        graph_inputs_of: Callable[[Any], list] | None = None,
         member_metadata_writebacks: tuple[tuple[int, tuple], ...] = (),
     ) -> None:
         self.metadata = metadata
@@ -383,9 +384,9 @@ def build_runtime(
     metadata: ViewAndMutationMetadata,
     out_spec: pytree.TreeSpec,
     fw_callable: Callable,
-    backward: Optional[BackwardSpec] = None,
+    backward: BackwardSpec | None = None,
     kept_mutations: frozenset[int] = frozenset(),
-    graph_inputs_of: Optional[Callable[[Any], list]] = None,
+    graph_inputs_of: Callable[[Any], list] | None = None,
     member_metadata_writebacks: tuple[tuple[int, tuple], ...] = (),
 ) -> CompiledRuntime:
     """Make the runtime for one compiled entry (see :class:`CompiledRuntime`)."""

@@ -9,8 +9,9 @@ each tensor user output, each intermediate base. The joint function
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any
 
 import torch
 import torch.fx
@@ -19,12 +20,12 @@ from torch._subclasses.functional_tensor import FunctionalTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from .analysis import Analysis, from_functional, to_functional
+from .eager_rewrites import EagerRewrites
+from .effects import effects_as_ordered_nodes, is_effectful
 from .errors import AotgradCompileError, compile_error_from
 from .metadata import OutputType, ViewAndMutationMetadata
-from .effects import effects_as_ordered_nodes, is_effectful
-from .eager_rewrites import EagerRewrites
 
-__all__ = ["JointGraph", "trace_joint", "trace_inference", "tensor_output_indices", "tangent_output_indices"]
+__all__ = ["JointGraph", "tangent_output_indices", "tensor_output_indices", "trace_inference", "trace_joint"]
 
 Program = Callable[..., tuple[list[Any], Any]]
 
@@ -36,7 +37,7 @@ def tensor_output_indices(metadata: ViewAndMutationMetadata) -> tuple[int, ...]:
     )
 
 
-def _is_differentiable(requires_grad: bool, dtype: Optional[torch.dtype]) -> bool:
+def _is_differentiable(requires_grad: bool, dtype: torch.dtype | None) -> bool:
     return requires_grad and dtype is not None and (dtype.is_floating_point or dtype.is_complex)
 
 
@@ -104,7 +105,7 @@ def _functional_forward(
     return forward
 
 
-def _trace(fn: Callable, args: tuple, decompositions: Optional[dict], fake_mode: FakeTensorMode) -> torch.fx.GraphModule:
+def _trace(fn: Callable, args: tuple, decompositions: dict | None, fake_mode: FakeTensorMode) -> torch.fx.GraphModule:
     try:
         with fake_mode, effects_as_ordered_nodes():
             gm = make_fx(fn, decomposition_table=decompositions or {}, tracing_mode="fake")(*args)
@@ -138,7 +139,7 @@ def trace_joint(
     analysis: Analysis,
     fake_inputs: list[torch.Tensor],
     fake_mode: FakeTensorMode,
-    decompositions: Optional[dict],
+    decompositions: dict | None,
 ) -> JointGraph:
     """Trace ``joint(primals, tangents) -> [fw_outs, grads]`` under functionalization."""
     md = analysis.metadata
@@ -188,7 +189,7 @@ def trace_inference(
     analysis: Analysis,
     fake_inputs: list[torch.Tensor],
     fake_mode: FakeTensorMode,
-    decompositions: Optional[dict],
+    decompositions: dict | None,
     *,
     grad_enabled: bool,
     keep_input_mutations: bool,
