@@ -23,7 +23,7 @@ def _innermost_user_frame(frames: traceback.StackSummary) -> traceback.FrameSumm
     found = None
     for frame in frames:
         f = os.path.abspath(frame.filename)
-        if not (f.startswith(_TORCH_DIR) or f.startswith(_AOTGRAD_DIR)):
+        if not f.startswith((_TORCH_DIR, _AOTGRAD_DIR)):
             found = frame
     return found
 

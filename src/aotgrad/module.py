@@ -296,7 +296,7 @@ def _is_internal(filename: str) -> bool:
     ``batchnorm.py: float(self.num_batches_tracked)``, say); Module.__call__'s plumbing
     does not.
     """
-    if filename.startswith("<") or filename.startswith(_AOTGRAD_DIR):
+    if filename.startswith(("<", _AOTGRAD_DIR)):
         return True
     if filename.startswith(_TORCH_NN_DIR):
         return filename == _NN_MODULE_PLUMBING
