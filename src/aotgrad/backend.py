@@ -57,8 +57,8 @@ class AotgradBackend:
     ``dynamic=False`` (the default) is always correct: a graph Dynamo made dynamic receives
     its sizes as plain ``int`` inputs, which aot_function bakes into the graph, so each new
     size compiles a new aotgrad entry under Dynamo's single graph. ``dynamic=None`` follows
-    Dynamo (``dynamic=True`` for a graph with symbolic sizes); it needs aot_function's
-    symbolic-shape support, which the core does not have yet.
+    Dynamo (``dynamic=True`` for a graph with symbolic sizes); aot_function accepts it but
+    still traces static shapes (one entry per size), so today it behaves like ``False``.
     """
 
     def __init__(
