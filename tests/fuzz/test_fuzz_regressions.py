@@ -1341,6 +1341,19 @@ def f(b):
     )
 
 
+@XFAIL(".grad stride (1, 1) where eager has (4, 1) (a size-1 dim, but observable)")
+def test_grad_strides_of_where_on_transposed_input():
+    """a = x.t() with x of shape (1, 4); torch.where(a > 0, a, a): no mutation at all; eager's x.grad is contiguous (4, 1)."""
+    check_case(
+        source='''
+def f(a):
+    return torch.where(a > 0, a, a),
+''',
+        inputs={'bases': [{'shape': [1, 4], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.t()'}]},
+        seed=0,
+    )
+
+
 # --------------------------------------------------------------------------- found against torch's aot_function
 # (AOTGRAD_FUZZ_IMPL=torch); checked here against aotgrad.
 
