@@ -1354,6 +1354,63 @@ def f(a):
     )
 
 
+@XFAIL("aotgrad's backward succeeds: an Unbind view invalidated by a no_grad in-place op through an aliased (expanded) input")
+def test_unbind_view_invalidated_by_no_grad_inplace_on_aliased_input():
+    """b = x.expand(2) aliases a = x; t2 = b.view(1, 2).unbind(0)[0]; a.mul_(2) under no_grad: eager raises 'Output 0 of Unbind is a view and its base ... has been modified inplace' on use."""
+    check_case(
+        source='''
+def f(a, b):
+    t2, = b.view(1, 2).unbind(0)
+    with torch.no_grad():
+        a.mul_(2)
+    return t2,
+''',
+        inputs={'bases': [{'shape': [1], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 0, 'expr': 'x.expand(2)'}]},
+        seed=0,
+    )
+
+
+@XFAIL("aotgrad's backward succeeds: a (grad-mode) view of a no_grad view of output 0, invalidated when the caller mutates output 0")
+def test_view_of_no_grad_view_of_output_invalidated_by_post_call_mutation():
+    """t6 = t2[1] under no_grad, t8 = t6.view(1); the caller zeroes t2 after the call: eager's backward through t8 raises 'Output 0 of View is a view of a view which was created in no_grad mode ...'."""
+    check_case(
+        source='''
+def f(a):
+    t2 = a * 2
+    with torch.no_grad():
+        t6 = t2[1]
+    t8 = t6.view(1)
+    return t2, t8
+''',
+        inputs={'bases': [{'shape': [3, 1], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        post=[(0, 'zero_()')],
+        seed=0,
+    )
+
+
+@XFAIL("after the caller's zero_() of output 1, eager's output 2 raises on .grad_fn / .is_leaf (a view of a no_grad view whose base was modified); aotgrad's does not")
+def test_select_of_no_grad_view_of_output_invalidated_by_post_call_mutation():
+    """Longer variant of the above, as found: t8 = t2.unbind(0)[1] (no_grad).view(1).select(0, -1)."""
+    check_case(
+        source='''
+def f(a):
+    t0 = torch.tanh(a)
+    t1 = t0.detach()
+    t2 = t1 - a
+    t3 = a.mT @ a
+    t4 = t3.unsqueeze(2)
+    with torch.no_grad():
+        t6 = t2.unbind(0)[1]
+    t7 = t6.view(1)
+    t8 = t7.select(0, -1)
+    return t4, t2, t8
+''',
+        inputs={'bases': [{'shape': [3, 1], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        post=[(1, 'zero_()')],
+        seed=1213,
+    )
+
+
 # --------------------------------------------------------------------------- found against torch's aot_function
 # (AOTGRAD_FUZZ_IMPL=torch); checked here against aotgrad.
 
