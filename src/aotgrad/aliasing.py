@@ -53,6 +53,9 @@ class SyntheticBase:
     base_view: Strided
     member_views: tuple[Strided, ...]
     replay: tuple[bool, ...]
+    #: per member, whether the caller's tensor requires grad (a detach()ed alias of a base
+    #: that requires grad does not, and must not inside the graph either)
+    member_requires_grad: tuple[bool, ...] = ()
 
     def make(self, call_inputs: list[torch.Tensor]) -> torch.Tensor:
         """The base for this call (the caller's real tensors)."""
@@ -109,13 +112,14 @@ class InputAliasing:
             for k, i in enumerate(unmerged):
                 call_inputs[i] = graph_inputs[k]
             for b, base in zip(bases, graph_inputs[len(unmerged):]):
-                for m, view, replay in zip(b.members, b.member_views, b.replay):
+                for m, view, replay, rg in zip(b.members, b.member_views, b.replay, b.member_requires_grad):
                     if replay:
-                        call_inputs[m] = templates[m]._view_func_unsafe(base)
+                        member = templates[m]._view_func_unsafe(base)
                     elif b.common_base and view == b.base_view and templates[m]._base is None:
-                        call_inputs[m] = base
+                        member = base
                     else:
-                        call_inputs[m] = base.as_strided(*view)
+                        member = base.as_strided(*view)
+                    call_inputs[m] = member.detach() if member.requires_grad and not rg else member
             return program(*call_inputs)
 
         return program_over_bases
@@ -195,7 +199,12 @@ def plan_input_aliasing(
         replay = tuple(
             common and _replayable(fake_inputs[i], fake_root, v) for i, v in zip(group, views)
         )
-        bases.append(SyntheticBase(tuple(group), common, source, base_view, views, replay))
+        bases.append(
+            SyntheticBase(
+                tuple(group), common, source, base_view, views, replay,
+                tuple(call_inputs[i].requires_grad for i in group),
+            )
+        )
         merged.update(group)
     if not bases:
         return None
