@@ -74,15 +74,8 @@ KNOWN: dict[str, list[str]] = {
     "call: impl raised, eager did not: RuntimeError: t() expects a tensor with": ["test_t_view_of_intermediate_replayed_after_unsqueeze_"],
     "call: impl raised, eager did not: AotgradCompileError: aotgrad could not trace": ["test_unneeded_backward_with_version_error_does_not_raise_at_call", "test_views_between_two_unsqueeze__of_intermediate", "test_backward_of_mutated_input_not_traced_unless_needed"],
     # --- raising where eager does not: detach() aliases of grad-requiring inputs treated as requiring grad
-    "call: impl raised, eager did not: RuntimeError: Output N of Unbind is a view": ["test_inplace_on_unbind_output_of_non_grad_alias"],
-    "call: impl raised, eager did not: RuntimeError: Output N of Split is a view": ["test_no_grad_inplace_on_split_output_of_detached_alias"],
-    "call: impl raised, eager did not: RuntimeError: Output N of Select is a view": ["test_setitem_on_unbind_output_of_no_grad_view_of_detached_alias"],
-    "call: impl raised, eager did not: RuntimeError: mul(): functions with out=... arguments": ["test_out_into_detached_alias_of_grad_input"],
-    "call: impl raised, eager did not: RuntimeError: A view was created in no_grad mode and its base": ["test_no_grad_view_and_mutation_of_detached_alias_of_grad_input"],
-    "call: impl raised, eager did not: RuntimeError: A view was created in no_grad mode and is being": ["test_metadata_mutation_of_no_grad_view_of_detached_alias"],
     "call: impl raised, eager did not: RuntimeError: Can't detach views in-place": ["test_detach__of_detached_alias_after_mutation_of_other_alias"],
     "post: impl raised, eager did not: RuntimeError: Can't detach views in-place": ["test_detach__of_dtype_view_output_after_input_t_"],
-    "call: impl raised, eager did not: RuntimeError: a view of a leaf Variable that requires grad": ["test_inplace_on_detach_input_alias_of_leaf"],
     # --- raising where eager does not: detach_() / in-place on leaves and their views
     "call: impl raised, eager did not: AotgradCompileError: aotgrad: input N is detached in place": ["test_detach__on_leaf_input", "test_detach__on_input_under_no_grad_call", "test_detach__on_leaf_input_then_used", "test_detach__on_non_leaf_input", "test_detach__then_view_of_leaf_input"],
     "call: impl raised, eager did not: RuntimeError: a leaf Variable that requires grad": ["test_detach__then_unsqueeze__of_leaf_input_with_unbind_views"],
