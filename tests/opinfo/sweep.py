@@ -65,6 +65,7 @@ import argparse
 import collections
 import dataclasses
 import json
+import math
 import multiprocessing
 import os
 import random
@@ -72,9 +73,10 @@ import re
 import sys
 import time
 import warnings
+from collections.abc import Callable, Iterable, Sequence
 from itertools import islice
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
@@ -485,7 +487,7 @@ def compare(
 
 
 def _same_scalar(e: Any, a: Any) -> bool:
-    if isinstance(e, float) and isinstance(a, float) and e != e and a != a:
+    if isinstance(e, float) and isinstance(a, float) and math.isnan(e) and math.isnan(a):
         return True
     try:
         return bool(e == a)
@@ -520,9 +522,11 @@ def _same_inputs(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
         x = _snapshot(x)
         if x.shape != y.shape or x.dtype != y.dtype:
             return False
-        if not torch.equal(x.detach().resolve_conj().resolve_neg(), y.detach().resolve_conj().resolve_neg()):
-            if not (x.is_floating_point() or x.is_complex()) or not torch.allclose(x, y, equal_nan=True, rtol=0, atol=0):
-                return False
+        x, y = x.resolve_conj().resolve_neg(), y.resolve_conj().resolve_neg()
+        if not torch.equal(x, y) and not (
+            (x.is_floating_point() or x.is_complex()) and torch.allclose(x, y, equal_nan=True, rtol=0, atol=0)
+        ):
+            return False
     return True
 
 
@@ -627,10 +631,10 @@ def _run_variant(variant, dtype, impls, max_samples):
         fails = [r for r in recs if r[1] == FAIL]
         errors = [r for r in recs if r[1] == ERROR]
         if fails:
-            i, o, reason = fails[0]
+            i, _, reason = fails[0]
             result[name] = (FAIL, f"s{i}/{reason}", len(tested))
         elif errors:
-            i, o, reason = errors[0]
+            i, _, reason = errors[0]
             result[name] = (ERROR, f"s{i}/{reason}", len(tested))
         elif tested:
             result[name] = (PASS, "", len(tested))
@@ -913,7 +917,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--write-expected", action="store_true", help="rewrite expected_failures.json from aotgrad's outcomes")
     ap.add_argument("--check", action="store_true", help="compare aotgrad's outcomes with expected_failures.json")
     ap.add_argument("--impl", action="append", choices=IMPL_NAMES, help="implementations to run (default: both for --report)")
-    ap.add_argument("--slice", action="store_true", help="only the default CI slice (every %d-th OpInfo)" % SLICE_STEP)
+    ap.add_argument("--slice", action="store_true", help=f"only the default CI slice (every {SLICE_STEP}-th OpInfo)")
     ap.add_argument("--ops", metavar="REGEX", help="only variants whose name matches (re.search)")
     ap.add_argument("--dtype", action="append", choices=[dtype_name(d) for d in DTYPES])
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (fork); default 1")

@@ -34,7 +34,7 @@ pytest.importorskip(
     "expecttest", reason="torch's op_db needs the expecttest package (pip install expecttest)"
 )
 
-from . import sweep  # noqa: E402
+from . import sweep
 
 IMPL = os.environ.get("AOTGRAD_OPINFO_IMPL", "aotgrad")
 
@@ -175,7 +175,10 @@ def test_harness_reports_errors_and_eager_rejections():
 
 def test_verdict_rules():
     expected = {"a|float32": {"outcome": "error", "reason": "x"}}
-    mk = lambda key, out: sweep.Outcome(key, "aotgrad", out, "why")  # noqa: E731
+
+    def mk(key, out):
+        return sweep.Outcome(key, "aotgrad", out, "why")
+
     assert sweep.verdict(mk("a|float32", "error"), expected) is None
     assert "UNEXPECTED PASS" in sweep.verdict(mk("a|float32", "pass"), expected)
     assert "CHANGED" in sweep.verdict(mk("a|float32", "fail"), expected)
