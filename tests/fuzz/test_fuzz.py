@@ -52,6 +52,7 @@ KNOWN: dict[str, list[str]] = {
     "call.output.is_view": ["test_dtype_view_of_no_grad_views_of_input", "test_metadata_mutated_detach_of_input_is_not_a_view", "test_dtype_view_of_input_then_input_t_"],
     "call.output._base": ["test_split_of_detached_alias_base_after_input_t_", "test_view_of_returned_detach_has_it_as_base"],
     "call.output.requires_grad": ["test_detach_output_of_metadata_mutated_input", "test_detach_then_inplace_with_grad_operands_requires_grad"],
+    "call.argN.requires_grad": ["test_detached_alias_input_requires_grad_after_inplace_with_grad_operand"],
     "backward: impl raised, eager did not: RuntimeError: element N of tensors does not require grad": ["test_detach_then_mul__by_input_requires_grad"],
     "call.output.stride": ["test_ones_like_of_expanded_narrow_strides", "test_inplace_add_on_intermediate_of_strided_input_keeps_strides"],
     "backward.baseN.grad.stride": ["test_t__on_noncontiguous_input_strides", "test_grad_strides_of_permuted_input_with_no_grad_metadata_mutation", "test_grad_strides_of_where_on_transposed_input"],
