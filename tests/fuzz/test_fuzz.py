@@ -144,8 +144,9 @@ def test_known_matches_open_regressions(monkeypatch):
     fails with now, and every listed test exists, is marked xfail and fails with that signature.
 
     When this fails after a core change: a test that passes now has its marker dropped
-    (``tools/drop_xpassed.py``) and leaves ``KNOWN``; one whose failure changed kind moves to
-    its new signature (and its xfail reason is updated)."""
+    (``tools/drop_xpassed.py``) and leaves ``KNOWN`` (``python tools/fuzz.py --sync-known`` does
+    that and lists the rest); one whose failure changed kind moves to its new signature (and its
+    xfail reason is updated)."""
     if default_impl_name() != "aotgrad":
         pytest.skip("KNOWN describes aotgrad")
     _impl()
