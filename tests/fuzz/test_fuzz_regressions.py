@@ -1454,6 +1454,37 @@ def f(a, b):
     )
 
 
+@XFAIL("aotgrad raises 'a view of a leaf Variable that requires grad is being used in an in-place operation'; under no_grad eager allows it")
+def test_no_grad_metadata_mutation_of_view_input_of_leaf():
+    """a = x.t(), x a leaf requiring grad; a.unsqueeze_(0) under no_grad is legal in eager (so are t_, as_strided_)."""
+    check_case(
+        source='''
+def f(a):
+    with torch.no_grad():
+        a.unsqueeze_(0)
+    return a * 1,
+''',
+        inputs={'bases': [{'shape': [2, 3], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.t()'}]},
+        seed=0,
+    )
+
+
+@XFAIL("aotgrad hits torch's INTERNAL ASSERT '!self.requires_grad() || self.is_contiguous()' (as_strided_scatter into a non-contiguous input that requires grad)")
+def test_no_grad_inplace_through_as_strided_of_diagonal_input():
+    """a = x.diagonal() (x a leaf requiring grad); t0 = a.as_strided((1,), (2,), 0); t0.pow_(2) under no_grad: legal in eager."""
+    check_case(
+        source='''
+def f(a):
+    t0 = a.as_strided((1,), (2,), 0)
+    with torch.no_grad():
+        t0.pow_(2)
+    return a,
+''',
+        inputs={'bases': [{'shape': [2, 3], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.diagonal()'}]},
+        seed=0,
+    )
+
+
 # --------------------------------------------------------------------------- found against torch's aot_function
 # (AOTGRAD_FUZZ_IMPL=torch); checked here against aotgrad.
 
