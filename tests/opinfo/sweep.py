@@ -50,7 +50,7 @@ Command line (run from the repository root)::
     python -m tests.opinfo.sweep --write-expected [--jobs 2]
 
 Wall times on 2 cores (torch 2.13 CPU, aotgrad at dbf0b5a): the whole sweep, aotgrad only,
-``--jobs 2``: about 4 min; aotgrad and torch's (``--report --jobs 2``): 10-14 min; one
+``--jobs 2``: 2.5-4 min; aotgrad and torch's (``--report --jobs 2``): 10-14 min; one
 (op variant, dtype) costs 0.1-1.5 s per implementation, mostly tracing.
 
 ``--report`` runs aotgrad and torch's own ``torch._functorch.aot_autograd.aot_function`` in the

@@ -6,7 +6,7 @@
 * ``test_opinfo_full`` (``pytest -m opinfo``): every OpInfo, 1,730 cases, aotgrad only, one
   process: 8 min 10 s wall on 2 cores (dbf0b5a: 1597 passed, 80 skipped, 53 xfailed).
   The command line is faster with workers: ``python -m tests.opinfo.sweep --check --jobs 2``
-  (aotgrad only) about 4 min; ``--report --jobs 2`` (aotgrad and torch's) 10-14 min.
+  (aotgrad only) 2.5-4 min; ``--report --jobs 2`` (aotgrad and torch's) 10-14 min.
 
 Each case compares aotgrad's outcome with ``expected_failures.json``: a case not listed must
 pass (or be unsupported in eager: skipped); a listed one must fail the way it is listed
