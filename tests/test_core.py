@@ -565,3 +565,10 @@ def test_double_backward_raises_instead_of_missing_terms():
     (g,) = torch.autograd.grad(cf(x), x, create_graph=True)
     with pytest.raises(RuntimeError, match="double backward"):
         g.sum().backward()
+
+
+def test_sparse_input_is_rejected_before_anything_runs():
+    a = torch.eye(3).to_sparse_csr()
+    cf = aotgrad.aot_function(lambda a, b: torch.sparse.mm(a, b), nop)
+    with pytest.raises(aotgrad.AotgradCompileError, match="layout"):
+        cf(a, torch.randn(3, 2))

@@ -20,6 +20,8 @@ import torch
 import torch.utils._pytree as pytree
 from torch._C._dynamo.guards import TensorGuards
 
+from .errors import AotgradCompileError
+
 __all__ = ["MISS", "EntryGuard", "InputLayout", "flatten_call", "layout_for", "storage_groups"]
 
 #: what a fast call (:meth:`EntryGuard.fast_call`) returns when its guard does not hold
@@ -127,6 +129,13 @@ def layout_for(leaves: list[Any], spec: pytree.TreeSpec) -> InputLayout:
     constants = []
     for i, leaf in enumerate(leaves):
         if isinstance(leaf, torch.Tensor):
+            if leaf.layout is not torch.strided:
+                # Checked before anything looks at the tensor: guards and fake tensors
+                # abort the process on some sparse layouts.
+                raise AotgradCompileError(
+                    f"aotgrad: input leaf {i} has layout {leaf.layout}; only strided (dense) "
+                    "tensors are supported. Convert it with .to_dense() before the call."
+                )
             tensor_positions.append(i)
         elif isinstance(leaf, _CONSTANT_TYPES):
             constants.append((i, leaf))
