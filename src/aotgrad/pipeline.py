@@ -117,6 +117,100 @@ def _saved_counts(fw_module: torch.fx.GraphModule, num_fwd_outputs: int) -> tupl
     return len(saved) - symints, symints, saved
 
 
+@dataclass
+class _AnalyzedCall:
+    """What the analysis stage hands to tracing: the program over the graph inputs."""
+
+    program: Callable
+    #: the analysis with the caller's inputs taken one by one (what the guard speaks of)
+    call_analysis: Analysis
+    #: the analysis of ``program`` over the graph inputs (synthetic bases merged in)
+    analysis: Analysis
+    input_aliasing: InputAliasing | None
+    graph_inputs: list[torch.Tensor]
+    fake_inputs: list[torch.Tensor]
+    fake_mode: FakeTensorMode
+
+
+def _analyze_call(fn: Callable, layout: InputLayout, call_inputs: list[torch.Tensor], grad_enabled: bool) -> _AnalyzedCall:
+    """Analysis, then synthetic bases (and a second analysis over them) where needed."""
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fake_call = [fake_mode.from_tensor(t) for t in call_inputs]
+    program = _program(fn, layout)
+    call_analysis = analyze(program, fake_call, fake_mode, grad_enabled=grad_enabled)
+    _reject_inplace_on_leaves(call_inputs, call_analysis.metadata)
+    input_aliasing = plan_input_aliasing(call_inputs, fake_call, call_analysis.metadata)
+    if input_aliasing is None:
+        return _AnalyzedCall(program, call_analysis, call_analysis, None, call_inputs, fake_call, fake_mode)
+    log.debug("aotgrad: %r", input_aliasing)
+    graph_inputs = input_aliasing.graph_inputs(call_inputs)
+    fake_inputs = [fake_mode.from_tensor(t) for t in graph_inputs]
+    templates = {i: fake_call[i] for b in input_aliasing.bases for i in b.members}
+    program = input_aliasing.wrap_program(program, templates)
+    base_analysis = analyze(program, fake_inputs, fake_mode, grad_enabled=grad_enabled)
+    analysis = _aliases_of_call_inputs(base_analysis, call_analysis)
+    return _AnalyzedCall(program, call_analysis, analysis, input_aliasing, graph_inputs, fake_inputs, fake_mode)
+
+
+def _compile_training(call: _AnalyzedCall, config: AotConfig, graphs: dict) -> tuple[CompiledRuntime, torch.fx.GraphModule]:
+    """Joint graph → partition → forward/backward compilers → runtime with an autograd.Function."""
+    md = call.analysis.metadata
+    joint = trace_joint(call.program, call.analysis, call.fake_inputs, call.fake_mode, config.trace_decompositions)
+    tag_forward_nodes(joint.graph, joint.num_fwd_outputs)
+    fw_module, bw_module = config.partition_fn(
+        joint.graph, [joint.primals, joint.tangents], num_fwd_outputs=joint.num_fwd_outputs
+    )
+    graphs["forward"], graphs["backward"] = fw_module, bw_module
+    n_saved_t, n_saved_s, saved_nodes = _saved_counts(fw_module, joint.num_fwd_outputs)
+    placeholders = [n for n in fw_module.graph.nodes if n.op == "placeholder"]
+    data_mutated = set(md.data_mutated_input_indices)
+    to_clone = tuple(
+        k
+        for k, node in enumerate(saved_nodes[:n_saved_t])
+        if node in placeholders and placeholders.index(node) in data_mutated
+    )
+    fw_callable = _detaching(
+        config.fw_compiler(fw_module, list(joint.primals)), _view_outputs(fw_module, md, joint.num_fwd_outputs)
+    )
+    bw_inputs = [n.meta.get("val") for n in bw_module.graph.nodes if n.op == "placeholder"]
+    bw_callable = config.bw_compiler(bw_module, bw_inputs)
+    avals = call.analysis.forward_output_avals
+    backward = BackwardSpec(
+        bw_callable=_direct(bw_callable),
+        num_fwd_outputs=joint.num_fwd_outputs,
+        num_saved_tensors=n_saved_t,
+        num_saved_symints=n_saved_s,
+        tangent_positions=joint.tangent_positions,
+        tangent_meta=tuple(avals[p] for p in joint.tangent_positions),
+        saved_inputs_to_clone=to_clone,
+        grad_tangent_deps=_tangent_dependencies(bw_module),
+    )
+    runtime = build_runtime(
+        md, call.analysis.out_spec, _direct(fw_callable), backward,
+        **_aliasing_runtime(call.input_aliasing, call.call_analysis),
+    )
+    return runtime, joint.graph
+
+
+def _compile_inference(call: _AnalyzedCall, config: AotConfig, graphs: dict, grad_enabled: bool) -> CompiledRuntime:
+    """Forward graph alone → inference compiler → runtime without autograd.Function."""
+    md = call.analysis.metadata
+    keep = config.keep_inference_input_mutations
+    gm = trace_inference(
+        call.program, call.analysis, call.fake_inputs, call.fake_mode, config.trace_decompositions,
+        grad_enabled=grad_enabled, keep_input_mutations=keep,
+    )
+    graphs["inference"] = gm
+    with call.fake_mode:
+        example = [t.detach() for t in call.fake_inputs]
+    fw_callable = _detaching(config.inference_compiler(gm, example), _view_outputs(gm, md, None))
+    kept = frozenset(i for i in md.mutated_input_indices if keep and not md.input_info[i].mutates_metadata)
+    return build_runtime(
+        md, call.analysis.out_spec, _direct(fw_callable), None, kept,
+        **_aliasing_runtime(call.input_aliasing, call.call_analysis),
+    )
+
+
 def compile_entry(fn: Callable, leaves: list[Any], spec: pytree.TreeSpec, config: AotConfig) -> CompiledEntry:
     """Compile ``fn`` for a call with these flattened leaves; nothing real is mutated."""
     start = time.perf_counter()
@@ -124,99 +218,35 @@ def compile_entry(fn: Callable, leaves: list[Any], spec: pytree.TreeSpec, config
     tensors = layout.tensors_of(leaves)
     call_inputs = layout.distinct_inputs_of(tensors)
     grad_enabled = torch.is_grad_enabled()
-
-    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
-    fake_call = [fake_mode.from_tensor(t) for t in call_inputs]
-    program = _program(fn, layout)
-    call_analysis: Analysis = analyze(program, fake_call, fake_mode, grad_enabled=grad_enabled)
-
-    _reject_inplace_on_leaves(call_inputs, call_analysis.metadata)
-    input_aliasing = plan_input_aliasing(call_inputs, fake_call, call_analysis.metadata)
-    if input_aliasing is None:
-        analysis, graph_inputs, fake_inputs = call_analysis, call_inputs, fake_call
-    else:
-        graph_inputs = input_aliasing.graph_inputs(call_inputs)
-        fake_inputs = [fake_mode.from_tensor(t) for t in graph_inputs]
-        templates = {i: fake_call[i] for b in input_aliasing.bases for i in b.members}
-        program = input_aliasing.wrap_program(program, templates)
-        base_analysis = analyze(program, fake_inputs, fake_mode, grad_enabled=grad_enabled)
-        analysis = _aliases_of_call_inputs(base_analysis, call_analysis)
-        log.debug("aotgrad: %r", input_aliasing)
-    md = analysis.metadata
-    training = grad_enabled and any(t.requires_grad for t in graph_inputs)
-    decomps = config.trace_decompositions
-    log.debug("aotgrad: compiling %s entry for %s\n%r", "training" if training else "inference", getattr(fn, "__name__", fn), md)
-
+    call = _analyze_call(fn, layout, call_inputs, grad_enabled)
+    md = call.analysis.metadata
+    training = grad_enabled and any(t.requires_grad for t in call.graph_inputs)
+    log.debug(
+        "aotgrad: compiling %s entry for %s\n%r", "training" if training else "inference",
+        getattr(fn, "__name__", fn), md,
+    )
     graphs: dict[str, torch.fx.GraphModule] = {}
     joint_gm = None
     if training:
-        joint = trace_joint(program, analysis, fake_inputs, fake_mode, decomps)
-        joint_gm = joint.graph
-        tag_forward_nodes(joint.graph, joint.num_fwd_outputs)
-        fw_module, bw_module = config.partition_fn(
-            joint.graph, [joint.primals, joint.tangents], num_fwd_outputs=joint.num_fwd_outputs
-        )
-        n_saved_t, n_saved_s, saved_nodes = _saved_counts(fw_module, joint.num_fwd_outputs)
-        placeholders = [n for n in fw_module.graph.nodes if n.op == "placeholder"]
-        data_mutated = set(md.data_mutated_input_indices)
-        to_clone = tuple(
-            k
-            for k, node in enumerate(saved_nodes[:n_saved_t])
-            if node in placeholders and placeholders.index(node) in data_mutated
-        )
-        graphs["forward"], graphs["backward"] = fw_module, bw_module
-        fw_callable = _detaching(
-            config.fw_compiler(fw_module, list(joint.primals)), _view_outputs(fw_module, md, joint.num_fwd_outputs)
-        )
-        bw_inputs = [n.meta.get("val") for n in bw_module.graph.nodes if n.op == "placeholder"]
-        bw_callable = config.bw_compiler(bw_module, bw_inputs)
-        avals = analysis.forward_output_avals
-        backward = BackwardSpec(
-            bw_callable=_direct(bw_callable),
-            num_fwd_outputs=joint.num_fwd_outputs,
-            num_saved_tensors=n_saved_t,
-            num_saved_symints=n_saved_s,
-            tangent_positions=joint.tangent_positions,
-            tangent_meta=tuple(avals[p] for p in joint.tangent_positions),
-            saved_inputs_to_clone=to_clone,
-            grad_tangent_deps=_tangent_dependencies(bw_module),
-        )
-        runtime = build_runtime(
-            md, analysis.out_spec, _direct(fw_callable), backward, **_aliasing_runtime(input_aliasing, call_analysis)
-        )
+        runtime, joint_gm = _compile_training(call, config, graphs)
     else:
-        keep = config.keep_inference_input_mutations
-        gm = trace_inference(
-            program, analysis, fake_inputs, fake_mode, decomps,
-            grad_enabled=grad_enabled, keep_input_mutations=keep,
-        )
-        graphs["inference"] = gm
-        with fake_mode:
-            example = [t.detach() for t in fake_inputs]
-        fw_callable = _detaching(config.inference_compiler(gm, example), _view_outputs(gm, md, None))
-        kept = frozenset(
-            i for i in md.mutated_input_indices if keep and not md.input_info[i].mutates_metadata
-        )
-        runtime = build_runtime(
-            md, analysis.out_spec, _direct(fw_callable), None, kept, **_aliasing_runtime(input_aliasing, call_analysis)
-        )
+        runtime = _compile_inference(call, config, graphs, grad_enabled)
 
     # The guard speaks of the caller's inputs: the analysis with inputs taken one by one.
-    call_md = call_analysis.metadata
+    call_md = call.call_analysis.metadata
+    data_mutated = set(call_md.data_mutated_input_indices)
     guard = EntryGuard(
         layout,
         tensors,
         grad_enabled,
-        check_storage=bool(call_md.data_mutated_input_indices),
+        check_storage=bool(data_mutated),
         leafness={
             layout.distinct_tensors[i]: leaf_state(call_inputs[i]) for i in call_md.mutated_input_indices
         },
-        mutated_leaves=tuple(
-            k for k, g in enumerate(layout.distinct_of_tensor) if g in set(call_md.data_mutated_input_indices)
-        ),
-        aliasing_check=None if input_aliasing is None else input_aliasing.matches,
+        mutated_leaves=tuple(k for k, g in enumerate(layout.distinct_of_tensor) if g in data_mutated),
+        aliasing_check=None if call.input_aliasing is None else call.input_aliasing.matches,
     )
-    entry = CompiledEntry(guard, layout, md, runtime, training, graphs, joint_gm, input_aliasing)
+    entry = CompiledEntry(guard, layout, md, runtime, training, graphs, joint_gm, call.input_aliasing)
     entry.compile_seconds = time.perf_counter() - start
     log.info("aotgrad: compiled %r", entry)
     return entry
