@@ -1485,6 +1485,87 @@ def f(a):
     )
 
 
+@XFAIL("aotgrad's output t0 has no grad_fn (is_leaf, no requires_grad), so gradients through it are lost and backward raises 'element 0 of tensors does not require grad'")
+def test_view_of_non_leaf_input_taken_before_its_unsqueeze__keeps_grad_fn():
+    """b = x.clone() requires grad; t0 = b.t(), then b.unsqueeze_(0): eager's t0 is a TBackward view that requires grad."""
+    check_case(
+        source='''
+def f(b):
+    t0 = b.t()
+    b.unsqueeze_(0)
+    return t0,
+''',
+        inputs={'bases': [{'shape': [4, 2], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.clone()'}]},
+        seed=0,
+    )
+
+
+@XFAIL("aotgrad does not raise: the unused softmax is dead-code-eliminated")
+def test_unused_op_that_raises_in_eager_still_raises():
+    """t9 = a.long().softmax(0) is never used, but eager raises NotImplementedError ('softmax_lastdim_kernel_impl' not implemented for 'Long') when it runs."""
+    check_case(
+        source='''
+def f(a):
+    t9 = a.long().softmax(0)
+    return a * 1,
+''',
+        inputs={'bases': [{'shape': [3], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        seed=0,
+    )
+
+
+@XFAIL("aotgrad does not raise")
+def test_float_result_out_into_int32_view_raises():
+    """torch.mul(t1, 2, out=t1.view(torch.int32)): eager raises 'result type Float can't be cast to the desired output type Int'."""
+    check_case(
+        source='''
+def f(a):
+    t1 = a * 1
+    t2 = t1.view(torch.int32)
+    torch.mul(t1, 2, out=t2)
+    return a,
+''',
+        inputs={'bases': [{'shape': [3], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        seed=0,
+    )
+
+
+@XFAIL("aotgrad's backward succeeds")
+def test_backward_of_view_after_no_grad_t__between_metadata_mutations():
+    """b = x.clone(); b.unsqueeze_(0); b.t_() under no_grad; t1 = b.view(-1); b.t_(): eager's backward raises 'TBackward1 returned an invalid gradient ... got [3, 1] but expected shape compatible with [1, 3]'."""
+    check_case(
+        source='''
+def f(b):
+    b.unsqueeze_(0)
+    with torch.no_grad():
+        b.t_()
+    t1 = b.view(-1)
+    b.t_()
+    return t1,
+''',
+        inputs={'bases': [{'shape': [3], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.clone()'}]},
+        seed=10410,
+    )
+
+
+@XFAIL("aotgrad raises 'IndexError: Dimension out of range (expected to be in range of [-3, 2], but got 3)': it replays t1 = t0.unsqueeze(3) against t0's as_strided_ geometry")
+def test_unsqueeze_view_of_intermediate_replayed_after_as_strided_():
+    """t1 = t0.unsqueeze(3) is taken before t0.as_strided_((1, 1), (2, 1), 7); eager keeps t1 as it was."""
+    check_case(
+        source='''
+def f(a, b):
+    t0 = b + a
+    t1 = t0.unsqueeze(3)
+    t2 = b.t()
+    t0.as_strided_((1, 1), (2, 1), 7)
+    t3 = t2 @ t1
+    return t3,
+''',
+        inputs={'bases': [{'shape': [4, 4, 1], 'dtype': 'float32', 'rg': True}, {'shape': [1], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 1, 'expr': 'x'}]},
+        seed=16093,
+    )
+
+
 # --------------------------------------------------------------------------- found against torch's aot_function
 # (AOTGRAD_FUZZ_IMPL=torch); checked here against aotgrad.
 
