@@ -1566,6 +1566,38 @@ def f(a, b):
     )
 
 
+@XFAIL("wrong .grad values: a[1, 0] gets no gradient; aotgrad's as_strided backward is laid out along t1's stride instead of the storage")
+def test_grad_of_as_strided_of_column_view_after_no_grad_mutation_of_leaf():
+    """t2 = a[:, 2].as_strided((2,), (1,), 2) covers storage offsets 2, 3 (a[0, 2], a[1, 0]); a no_grad a.mul_(2) afterwards does not change where t2's gradient goes."""
+    check_case(
+        source='''
+def f(a):
+    t1 = a[:, 2]
+    t2 = t1.as_strided((2,), (1,), 2)
+    with torch.no_grad():
+        a.mul_(2)
+    return t2,
+''',
+        inputs={'bases': [{'shape': [4, 3], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        seed=0,
+    )
+
+
+@XFAIL("wrong output values ([0, 0, 0] where eager has [1, 1, 1]): the write through an int32 view of an expanded input is lost (not rejected as a self-overlapping write either)")
+def test_setitem_through_int32_view_of_expanded_input():
+    """t1 = a.expand(3).view(torch.int32); t1[0] = 1.0 writes a's one element, so every t1[i] reads 1 in eager."""
+    check_case(
+        source='''
+def f(a):
+    t1 = a.expand(3).view(torch.int32)
+    t1[0] = 1.0
+    return t1,
+''',
+        inputs={'bases': [{'shape': [1], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        seed=0,
+    )
+
+
 # --------------------------------------------------------------------------- found against torch's aot_function
 # (AOTGRAD_FUZZ_IMPL=torch); checked here against aotgrad.
 
