@@ -103,6 +103,13 @@ _NOT_WRITING_INPLACE = frozenset({"requires_grad_", "share_memory_", "detach_", 
 _OVERLAP_ENUMERATION_LIMIT = 1 << 16
 
 
+def _is_write(name: str) -> bool:
+    """An in-place method name: ``add_``, ``__setitem__``, ``__iadd__``..."""
+    if name.endswith("__"):
+        return name == "__setitem__" or name.startswith("__i")
+    return name.endswith("_")
+
+
 def overlaps_itself(size: tuple[int, ...], stride: tuple[int, ...]) -> bool:
     """True when two elements of a strided layout share a memory location.
 
@@ -157,8 +164,7 @@ class _EagerChecks(TorchFunctionMode):
         ):
             raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
         if (
-            name.endswith("_")
-            and not name.endswith("__")
+            _is_write(name)
             and name not in _METADATA_INPLACE
             and name not in _NOT_WRITING_INPLACE
             and args
@@ -294,7 +300,7 @@ def analyze(
         common = dict(
             requires_grad=o.requires_grad,
             # eager's view was made under no_grad: it reports requires_grad but has no grad_fn
-            no_grad_view=o._base is not None and o.requires_grad and _grad_fn(o, fake_mode, mode) is None,
+            no_grad_view=_made_under_no_grad(o),
             size=tuple(o.shape),
             stride=tuple(o.stride()),
             storage_offset=o.storage_offset(),
@@ -361,14 +367,13 @@ def analyze(
     return Analysis(metadata, out_spec, tuple(base_sources), avals)
 
 
-def _grad_fn(t: torch.Tensor, fake_mode: FakeTensorMode, mode: FunctionalTensorMode) -> Any:
-    """``t.grad_fn``; reading it may regenerate a view's grad_fn, which runs ops (and may
-    raise as in eager, e.g. a no_grad view whose base was modified: taken as no grad_fn)."""
-    try:
-        with fake_mode, mode:
-            return t.grad_fn
-    except RuntimeError:
-        return None
+def _made_under_no_grad(t: torch.Tensor) -> bool:
+    """A view autograd recorded as made in no_grad mode (eager: requires_grad but no grad_fn)."""
+    return (
+        t._base is not None
+        and t.requires_grad
+        and torch._C._autograd._get_creation_meta(t) == torch._C._autograd.CreationMeta.NO_GRAD_MODE
+    )
 
 
 def _is_tracing_limitation(exc: BaseException) -> bool:
