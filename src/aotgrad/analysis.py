@@ -300,7 +300,7 @@ def analyze(
         common = dict(
             requires_grad=o.requires_grad,
             # eager's view was made under no_grad: it reports requires_grad but has no grad_fn
-            no_grad_view=_made_under_no_grad(o),
+            no_grad_view=_made_under_no_grad(o) and _grad_fn(o, fake_mode, mode) is None,
             size=tuple(o.shape),
             stride=tuple(o.stride()),
             storage_offset=o.storage_offset(),
@@ -367,8 +367,19 @@ def analyze(
     return Analysis(metadata, out_spec, tuple(base_sources), avals)
 
 
+def _grad_fn(t: torch.Tensor, fake_mode: FakeTensorMode, mode: FunctionalTensorMode) -> Any:
+    """``t.grad_fn``; reading it may regenerate a view's grad_fn, which runs ops (and may
+    raise as in eager, e.g. a no_grad view whose base was modified: taken as no grad_fn)."""
+    try:
+        with fake_mode, mode:
+            return t.grad_fn
+    except RuntimeError:
+        return None
+
+
 def _made_under_no_grad(t: torch.Tensor) -> bool:
-    """A view autograd recorded as made in no_grad mode (eager: requires_grad but no grad_fn)."""
+    """A view whose chain autograd recorded as begun in no_grad mode (with no grad_fn of its
+    own, eager's view reports requires_grad but has no grad_fn)."""
     return (
         t._base is not None
         and t.requires_grad

@@ -44,7 +44,7 @@ def _impl():
 # strict-xfail tests (each listed test must fail with exactly its key's signature).
 KNOWN: dict[str, list[str]] = {
     # --- wrong values (outputs, inputs, gradients)
-    "call.output values": ["test_mutation_through_view_of_input_after_as_strided_", "test_view_of_transposed_input_after_masked_fill__and_metadata_mutation", "test_setitem_through_int32_view_of_expanded_input"],
+    "call.output values": ["test_mutation_through_view_of_input_after_as_strided_", "test_view_of_transposed_input_after_masked_fill__and_metadata_mutation"],
     "call.baseN values": ["test_data_mutation_through_view_of_input_moved_by_as_strided_", "test_data_mutation_then_as_strided__of_detached_input"],
     "call.argN values": ["test_mutation_of_alias_after_as_strided__of_other_alias"],
     "backward.baseN.grad values": ["test_grad_mode_view_of_no_grad_view_of_input_corrupts_input_grad", "test_grad_mode_view_of_no_grad_view_of_intermediate_corrupts_input_grad", "test_mul__through_t__mutated_view_of_intermediate_grad", "test_grad_of_view_of_intermediate_taken_before_t_", "test_grad_of_as_strided_of_column_view_after_no_grad_mutation_of_leaf"],
@@ -53,14 +53,14 @@ KNOWN: dict[str, list[str]] = {
     "call.output._base": ["test_split_of_detached_alias_base_after_input_t_", "test_view_of_returned_detach_has_it_as_base"],
     "call.output.requires_grad": ["test_detach_output_of_metadata_mutated_input", "test_detach_then_inplace_with_grad_operands_requires_grad"],
     "call.argN.requires_grad": ["test_detached_alias_input_requires_grad_after_inplace_with_grad_operand"],
-    "backward: impl raised, eager did not: RuntimeError: element N of tensors does not require grad": ["test_detach_then_mul__by_input_requires_grad", "test_view_of_non_leaf_input_taken_before_its_unsqueeze__keeps_grad_fn"],
+    "backward: impl raised, eager did not: RuntimeError: element N of tensors does not require grad": ["test_detach_then_mul__by_input_requires_grad"],
     "call.output.stride": ["test_ones_like_of_expanded_narrow_strides", "test_inplace_add_on_intermediate_of_strided_input_keeps_strides"],
     "backward.baseN.grad.stride": ["test_t__on_noncontiguous_input_strides", "test_grad_strides_of_permuted_input_with_no_grad_metadata_mutation", "test_grad_strides_of_where_on_transposed_input"],
     "backward.baseN.grad.shape": ["test_grad_shape_of_leaf_unsqueezed_under_no_grad", "test_grad_shape_of_leaf_unsqueezed_under_no_grad_through_flatten_alias"],
     "backward.baseN.grad kind": ["test_no_grad_view_chain_blocks_gradient"],
     # --- views invalidated by a later in-place op: eager raises on use, aotgrad rebuilds them
-    "call.output.is_leaf": ["test_no_grad_view_of_input_then_base_mutated_grad_fn_raises", "test_multi_output_view_chain_invalidated_by_base_mutation", "test_no_grad_views_then_as_strided_on_detached_alias"],
-    "backward: eager raised, impl did not: RuntimeError: Output N of": ["test_split_view_invalidated_by_no_grad_inplace_on_aliased_input", "test_unbind_view_invalidated_by_no_grad_inplace_on_aliased_input", "test_view_of_no_grad_view_of_output_invalidated_by_post_call_mutation", "test_view_of_no_grad_view_invalidated_by_unsqueeze__of_input"],
+    "call.output.is_leaf": ["test_no_grad_view_of_input_then_base_mutated_grad_fn_raises", "test_no_grad_views_then_as_strided_on_detached_alias"],
+    "backward: eager raised, impl did not: RuntimeError: Output N of": ["test_multi_output_view_chain_invalidated_by_base_mutation", "test_split_view_invalidated_by_no_grad_inplace_on_aliased_input", "test_unbind_view_invalidated_by_no_grad_inplace_on_aliased_input", "test_view_of_no_grad_view_of_output_invalidated_by_post_call_mutation", "test_view_of_no_grad_view_invalidated_by_unsqueeze__of_input"],
     "backward: eager raised, impl did not: RuntimeError: A view was created in no_grad mode and its base": ["test_backward_through_no_grad_view_of_input_mutated_later"],
     "post.output.is_leaf": ["test_select_of_no_grad_view_of_output_invalidated_by_post_call_mutation"],
     # --- raising where eager does not: views replayed against a base whose metadata changed since
@@ -81,13 +81,13 @@ KNOWN: dict[str, list[str]] = {
     "call: impl raised, eager did not: RuntimeError: a view of a leaf Variable that requires grad": ["test_no_grad_metadata_mutation_of_view_input_of_leaf"],
     "call: impl raised, eager did not: RuntimeError: !self.requires_grad() || self.is_contiguous()": ["test_no_grad_inplace_through_as_strided_of_diagonal_input"],
     # --- raising where eager does not: writes through overlapping memory, as_strided_ beyond the view
-    "call: impl raised, eager did not: AotgradCompileError: aotgrad: in-place": ["test_zero__on_expanded_input", "test_fill__through_expanded_view_of_input", "test_masked_fill__through_expand_of_as_strided__input", "test_inplace_add_on_self_overlapping_as_strided_input"],
-    "call: impl raised, eager did not: RuntimeError: unsupported operation: more than one element": ["test_setitem_on_row_of_expanded_input"],
+    "call: impl raised, eager did not: AotgradCompileError: aotgrad: in-place": ["test_mutation_through_as_strided_view_chain", "test_setitem_on_row_of_expanded_input", "test_setitem_through_int32_view_of_expanded_input", "test_torch_divergence_5568_20", "test_zero__on_expanded_input", "test_fill__through_expanded_view_of_input", "test_masked_fill__through_expand_of_as_strided__input", "test_inplace_add_on_self_overlapping_as_strided_input"],
+    "call: impl raised, eager did not: RuntimeError: unsupported operation: more than one element": [],
     "call: impl raised, eager did not: RuntimeError: setStorage": ["test_as_strided__on_input_view_reaching_past_its_extent"],
     "call: impl raised, eager did not: ValueError: Cannot view a tensor with shape": ["test_masked_fill__on_transposed_view_of_input"],
     # --- raising where eager does not: other
     "call: impl raised, eager did not: AotgradCompileError: aotgrad: inputs [..] share storage": ["test_aliased_inputs_without_common_base"],
-    "call: impl raised, eager did not: RuntimeError: During torch.compile, encountered a mutation": ["test_mutation_through_as_strided_view_chain"],
+    "call: impl raised, eager did not: RuntimeError: During torch.compile, encountered a mutation": [],
     "backward: impl raised, eager did not: RuntimeError: A view was created in no_grad mode and its base": ["test_t__on_non_leaf_input_then_matmul_backward"],
     "backward: impl raised, eager did not: RuntimeError: one of the variables needed": ["test_unsqueeze__on_detached_alias_of_input_passed_twice"],
     "call: impl raised, eager did not: RuntimeError: self.dim() cannot be N to view Long as Float": ["test_mutation_through_expand_of_int32_view_of_0d_intermediate"],
