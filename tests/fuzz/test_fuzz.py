@@ -51,7 +51,7 @@ KNOWN: dict[str, list[str]] = {
     # --- wrong metadata: aliasing, requires_grad, strides, grad layout
     "call.output.is_view": ["test_dtype_view_of_no_grad_views_of_input", "test_metadata_mutated_detach_of_input_is_not_a_view", "test_dtype_view_of_input_then_input_t_"],
     "call.output._base": ["test_split_of_detached_alias_base_after_input_t_", "test_view_of_returned_detach_has_it_as_base"],
-    "call.output.requires_grad": ["test_detach_output_of_metadata_mutated_input", "test_detach_then_inplace_with_grad_operands_requires_grad"],
+    "call.output.requires_grad": ["test_detach_output_of_metadata_mutated_input", "test_detach_then_inplace_with_grad_operands_requires_grad", "test_view_of_detach_of_leaf_after_no_grad_unsqueeze__of_leaf"],
     "call.argN.requires_grad": ["test_detached_alias_input_requires_grad_after_inplace_with_grad_operand"],
     "backward: impl raised, eager did not: RuntimeError: element N of tensors does not require grad": ["test_detach_then_mul__by_input_requires_grad"],
     "call.output.stride": ["test_ones_like_of_expanded_narrow_strides", "test_inplace_add_on_intermediate_of_strided_input_keeps_strides"],
@@ -74,6 +74,7 @@ KNOWN: dict[str, list[str]] = {
     "call: impl raised, eager did not: AotgradCompileError: aotgrad could not trace": ["test_unneeded_backward_with_version_error_does_not_raise_at_call", "test_views_between_two_unsqueeze__of_intermediate", "test_backward_of_mutated_input_not_traced_unless_needed"],
     # --- raising where eager does not: detach() aliases of grad-requiring inputs treated as requiring grad
     "call: impl raised, eager did not: RuntimeError: Can't detach views in-place": ["test_detach__of_detached_alias_after_mutation_of_other_alias"],
+    "post: impl raised, eager did not: RuntimeError: A view was created in no_grad mode and is being": ["test_caller_metadata_mutation_of_view_of_detach_after_no_grad_unsqueeze__of_leaf"],
     "post: impl raised, eager did not: RuntimeError: Can't detach views in-place": ["test_detach__of_dtype_view_output_after_input_t_"],
     # --- raising where eager does not: detach_() / in-place on leaves and their views
     "call: impl raised, eager did not: AotgradCompileError: aotgrad: input N is detached in place": ["test_detach__on_leaf_input", "test_detach__on_input_under_no_grad_call", "test_detach__on_leaf_input_then_used", "test_detach__on_non_leaf_input", "test_detach__then_view_of_leaf_input"],
@@ -82,12 +83,10 @@ KNOWN: dict[str, list[str]] = {
     "call: impl raised, eager did not: RuntimeError: !self.requires_grad() || self.is_contiguous()": ["test_no_grad_inplace_through_as_strided_of_diagonal_input"],
     # --- raising where eager does not: writes through overlapping memory, as_strided_ beyond the view
     "call: impl raised, eager did not: AotgradCompileError: aotgrad: in-place": ["test_mutation_through_as_strided_view_chain", "test_setitem_on_row_of_expanded_input", "test_setitem_through_int32_view_of_expanded_input", "test_torch_divergence_5568_20", "test_zero__on_expanded_input", "test_fill__through_expanded_view_of_input", "test_masked_fill__through_expand_of_as_strided__input", "test_inplace_add_on_self_overlapping_as_strided_input"],
-    "call: impl raised, eager did not: RuntimeError: unsupported operation: more than one element": [],
     "call: impl raised, eager did not: RuntimeError: setStorage": ["test_as_strided__on_input_view_reaching_past_its_extent"],
     "call: impl raised, eager did not: ValueError: Cannot view a tensor with shape": ["test_masked_fill__on_transposed_view_of_input"],
     # --- raising where eager does not: other
     "call: impl raised, eager did not: AotgradCompileError: aotgrad: inputs [..] share storage": ["test_aliased_inputs_without_common_base"],
-    "call: impl raised, eager did not: RuntimeError: During torch.compile, encountered a mutation": [],
     "backward: impl raised, eager did not: RuntimeError: A view was created in no_grad mode and its base": ["test_t__on_non_leaf_input_then_matmul_backward"],
     "backward: impl raised, eager did not: RuntimeError: one of the variables needed": ["test_unsqueeze__on_detached_alias_of_input_passed_twice"],
     "call: impl raised, eager did not: RuntimeError: self.dim() cannot be N to view Long as Float": ["test_mutation_through_expand_of_int32_view_of_0d_intermediate"],

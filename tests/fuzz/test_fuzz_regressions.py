@@ -1597,6 +1597,39 @@ def f(a):
     )
 
 
+@XFAIL("aotgrad's output requires grad and is a view of the input a (base0); eager's is a view of the detach() and does not require grad")
+def test_view_of_detach_of_leaf_after_no_grad_unsqueeze__of_leaf():
+    """t2 = a.detach()[1:], then a.unsqueeze_(0) under no_grad (legal for a leaf): t2 stays a non-differentiable view of the detached tensor."""
+    check_case(
+        source='''
+def f(a):
+    t2 = a.detach()[1:]
+    with torch.no_grad():
+        a.unsqueeze_(0)
+    return t2,
+''',
+        inputs={'bases': [{'shape': [4], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        seed=0,
+    )
+
+
+@XFAIL("aotgrad raises 'A view was created in no_grad mode and is being modified inplace with grad mode enabled' at the caller's unsqueeze_ (same root cause as test_view_of_detach_of_leaf_after_no_grad_unsqueeze__of_leaf)")
+def test_caller_metadata_mutation_of_view_of_detach_after_no_grad_unsqueeze__of_leaf():
+    """As above, then the caller does t2.unsqueeze_(0): legal in eager (t2 does not require grad)."""
+    check_case(
+        source='''
+def f(a):
+    t2 = a.detach()[1:]
+    with torch.no_grad():
+        a.unsqueeze_(0)
+    return t2,
+''',
+        inputs={'bases': [{'shape': [4], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        post=[(0, 'unsqueeze_(0)')],
+        seed=0,
+    )
+
+
 # --------------------------------------------------------------------------- found against torch's aot_function
 # (AOTGRAD_FUZZ_IMPL=torch); checked here against aotgrad.
 
