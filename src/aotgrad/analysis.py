@@ -300,7 +300,9 @@ def analyze(
         common = dict(
             requires_grad=o.requires_grad,
             # eager's view was made under no_grad: it reports requires_grad but has no grad_fn
-            no_grad_view=_made_under_no_grad(o) and _grad_fn(o, fake_mode, mode) is None,
+            # (also when a later grad-mode view was taken of it: eager's gradient then stops at
+            # the no_grad view, so it must not reach the input through a replayed chain)
+            no_grad_view=_made_under_no_grad(o),
             size=tuple(o.shape),
             stride=tuple(o.stride()),
             storage_offset=o.storage_offset(),

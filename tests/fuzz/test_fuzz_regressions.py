@@ -387,7 +387,7 @@ def f(a, b):
     )
 
 
-@XFAIL('aotgrad gives the input a gradient through the no_grad view')
+@XFAIL("aotgrad rebuilds a grad-mode view of a no_grad view entirely under no_grad: backward through it raises where eager stops the gradient at the no_grad view (it no longer leaks into the input's .grad)")
 def test_no_grad_view_chain_blocks_gradient():
     """Views made under no_grad of an intermediate do not propagate gradient to the input in eager (.grad stays None)."""
     check_case(
@@ -691,7 +691,7 @@ def f(a, b):
     )
 
 
-@XFAIL("wrong .grad values: aotgrad lets t0[1]'s cotangent flow through the no_grad view into a.grad[1] (same root cause as test_no_grad_view_chain_blocks_gradient)")
+@XFAIL("aotgrad rebuilds a grad-mode view of a no_grad view entirely under no_grad: backward through it raises where eager stops the gradient at the no_grad view (it no longer leaks into the input's .grad)")
 def test_grad_mode_view_of_no_grad_view_of_input_corrupts_input_grad():
     """t0 = a.view(3) under no_grad is a leaf of its own in eager (requires_grad, no grad_fn), so t0[1]'s gradient stops there: a.grad is just the cotangent of a * 1; aotgrad's differs at index 1."""
     check_case(
@@ -706,7 +706,7 @@ def f(a):
     )
 
 
-@XFAIL("wrong .grad values: t2[1]'s cotangent flows through the no_grad view t2 into t1 and so a (same root cause as above)")
+@XFAIL("aotgrad rebuilds a grad-mode view of a no_grad view entirely under no_grad: backward through it raises where eager stops the gradient at the no_grad view (it no longer leaks into the input's .grad)")
 def test_grad_mode_view_of_no_grad_view_of_intermediate_corrupts_input_grad():
     """t1 = a * 2; t2 = t1.view(-1) under no_grad (a leaf of its own in eager); t2[1] returned next to t1: a.grad must be 2 * cotangent(t1)."""
     check_case(
