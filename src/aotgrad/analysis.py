@@ -362,7 +362,8 @@ def analyze(
     metadata = ViewAndMutationMetadata.build(
         tuple(input_info), tuple(output_info), tuple(base_requires_grad)
     )
-    fw_values = [f_inputs[i] for i in metadata.mutated_input_indices]
+    # A mutated input's forward output is its data in the original geometry (tracing.py).
+    fw_values = [fake_inputs[i] for i in metadata.mutated_input_indices]
     fw_values += [o for o in out_leaves if isinstance(o, torch.Tensor)]
     fw_values += [out_leaves[j]._base for j in base_sources]
     avals = tuple((tuple(v.shape), v.dtype, v.device) for v in fw_values)

@@ -183,15 +183,16 @@ def replay_metadata(real: torch.Tensor, new_view: tuple) -> None:
 
 
 def apply_writebacks(writebacks: tuple[Writeback, ...], fw_outs: Any, graph_inputs: Any) -> None:
-    """Write mutated inputs' new values back into the caller's tensors."""
+    """Write mutated inputs' new values back into the caller's tensors.
+
+    Data first, in the input's original geometry (the graph returns it that way), then the
+    new size/stride/offset, which are static (from analysis): a compiler need not return a
+    view for them.
+    """
     for w in writebacks:
-        new = _unwrap(fw_outs[w.position])
         real = graph_inputs[w.input_index]
-        if w.metadata:
-            # The new size/stride/offset are static (from analysis), not read off the graph's
-            # output: a compiler need not return a view there.
-            replay_metadata(real, w.new_view)
         if w.data:
+            new = _unwrap(fw_outs[w.position])
             if w.visible_to_autograd:
                 real.copy_(new)
             else:
@@ -201,6 +202,8 @@ def apply_writebacks(writebacks: tuple[Writeback, ...], fw_outs: Any, graph_inpu
                     real.copy_(new)
                 finally:
                     _set_grad_enabled(prev)
+        if w.metadata:
+            replay_metadata(real, w.new_view)
 
 
 @dataclass(frozen=True)

@@ -74,25 +74,27 @@ def _functional_forward(
 ) -> Callable[..., list[Any]]:
     """The forward as a function of functional inputs returning the forward outputs.
 
-    With ``protect_mutated_inputs`` (the joint), an input that requires grad and is mutated is
-    first cloned (an in-place op on a leaf would be rejected, and autograd.grad must see the
-    original value), and a metadata-mutated input is first aliased, so the primal itself keeps
-    its metadata.
+    A mutated input's forward output is its new *data in its original geometry*: the program
+    gets an alias of a metadata-mutated input, which absorbs the size/stride change while
+    writes through it land in the original tensor (the new geometry is static, in the
+    metadata). With ``protect_mutated_inputs`` (the joint), an input that requires grad and
+    whose data is mutated is first cloned: an in-place op on a leaf would be rejected, and
+    autograd.grad must see the original value.
     """
     md = analysis.metadata
     user_tensor_outputs = tensor_output_indices(md)
 
     def forward(*inputs: Any) -> list[Any]:
         inputs = list(inputs)
-        if protect_mutated_inputs:
-            for i in md.mutated_input_indices:
-                info = md.input_info[i]
-                if info.mutates_data and inputs[i].requires_grad:
-                    inputs[i] = inputs[i].clone()
-                elif info.mutates_metadata:
-                    inputs[i] = inputs[i].view(inputs[i].shape)
+        originals = list(inputs)
+        for i in md.mutated_input_indices:
+            info = md.input_info[i]
+            if protect_mutated_inputs and info.mutates_data and inputs[i].requires_grad:
+                inputs[i] = originals[i] = inputs[i].clone()
+            if info.mutates_metadata:
+                inputs[i] = inputs[i].view(inputs[i].shape)
         out_leaves, _ = program(*inputs)
-        mutated = [inputs[i] for i in md.mutated_input_indices]
+        mutated = [originals[i] for i in md.mutated_input_indices]
         user = [out_leaves[j] for j in user_tensor_outputs]
         bases = [out_leaves[j]._base for j in analysis.intermediate_base_sources]
         if any(b is None for b in bases):
