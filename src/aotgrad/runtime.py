@@ -4,8 +4,9 @@
 graph inputs. Every index it needs is computed here, once; a call then visits only the
 mutated inputs and the aliased outputs.
 
-Order of effects in a call, as in eager: run the forward; write back input mutations
-(metadata first, then data); rebuild each aliased output from the caller's real tensors.
+Order of effects in a call: run the forward; write back input mutations (data in the
+input's original geometry, then its new geometry); rebuild each aliased output from the
+caller's real tensors.
 """
 
 from __future__ import annotations
