@@ -74,12 +74,14 @@ def _functional_forward(
 ) -> Callable[..., list[Any]]:
     """The forward as a function of functional inputs returning the forward outputs.
 
-    A mutated input's forward output is its new *data in its original geometry*: the program
-    gets an alias of a metadata-mutated input, which absorbs the size/stride change while
-    writes through it land in the original tensor (the new geometry is static, in the
-    metadata). With ``protect_mutated_inputs`` (the joint), an input that requires grad and
-    whose data is mutated is first cloned: an in-place op on a leaf would be rejected, and
-    autograd.grad must see the original value.
+    A mutated input's forward output is its new *data in its geometry at entry*; its new
+    geometry is static, in the metadata. So the program gets an alias of an input whose
+    metadata it changes: the alias absorbs the size/stride change, and writes through it land
+    in the input, in the input's own geometry. (Where the change is undone by the end, as in
+    ``unsqueeze_`` then ``squeeze_``, no alias is needed; functionalization is also fragile
+    with in-place metadata ops on views.) With ``protect_mutated_inputs`` (the joint), an input
+    that requires grad and whose data is mutated is first cloned: an in-place op on a leaf
+    would be rejected, and autograd.grad must see the original value.
     """
     md = analysis.metadata
     user_tensor_outputs = tensor_output_indices(md)
@@ -89,9 +91,13 @@ def _functional_forward(
         originals = list(inputs)
         for i in md.mutated_input_indices:
             info = md.input_info[i]
-            if protect_mutated_inputs and info.mutates_data and inputs[i].requires_grad:
-                inputs[i] = originals[i] = inputs[i].clone()
-            if info.mutates_metadata:
+            x = inputs[i]
+            geometry_changes = info.mutates_metadata and info.new_view != (
+                tuple(x.shape), tuple(x.stride()), x.storage_offset()
+            )
+            if protect_mutated_inputs and info.mutates_data and x.requires_grad:
+                inputs[i] = originals[i] = x.clone()
+            if geometry_changes or (protect_mutated_inputs and info.mutates_metadata and not info.mutates_data):
                 inputs[i] = inputs[i].view(inputs[i].shape)
         out_leaves, _ = program(*inputs)
         mutated = [originals[i] for i in md.mutated_input_indices]
