@@ -297,17 +297,17 @@ def analyze(
                 "inputs (a tensor captured from the enclosing scope?). Return a computed "
                 "tensor, or pass it as an argument."
             )
-        common = dict(
-            requires_grad=o.requires_grad,
+        common = {
+            "requires_grad": o.requires_grad,
             # eager's view was made under no_grad: it reports requires_grad but has no grad_fn
             # (also when a later grad-mode view was taken of it: eager's gradient then stops at
             # the no_grad view, so it must not reach the input through a replayed chain)
-            no_grad_view=_made_under_no_grad(o),
-            size=tuple(o.shape),
-            stride=tuple(o.stride()),
-            storage_offset=o.storage_offset(),
-            dtype=o.dtype,
-        )
+            "no_grad_view": _made_under_no_grad(o),
+            "size": tuple(o.shape),
+            "stride": tuple(o.stride()),
+            "storage_offset": o.storage_offset(),
+            "dtype": o.dtype,
+        }
         if id(o) in seen_outputs:
             first = output_info[seen_outputs[id(o)]]
             output_info.append(
@@ -370,19 +370,9 @@ def analyze(
     return Analysis(metadata, out_spec, tuple(base_sources), avals)
 
 
-def _grad_fn(t: torch.Tensor, fake_mode: FakeTensorMode, mode: FunctionalTensorMode) -> Any:
-    """``t.grad_fn``; reading it may regenerate a view's grad_fn, which runs ops (and may
-    raise as in eager, e.g. a no_grad view whose base was modified: taken as no grad_fn)."""
-    try:
-        with fake_mode, mode:
-            return t.grad_fn
-    except RuntimeError:
-        return None
-
-
 def _made_under_no_grad(t: torch.Tensor) -> bool:
-    """A view whose chain autograd recorded as begun in no_grad mode (with no grad_fn of its
-    own, eager's view reports requires_grad but has no grad_fn)."""
+    """A view whose chain autograd recorded as begun in no_grad mode (eager's view then
+    reports requires_grad but has no grad_fn, or its gradient stops at the no_grad view)."""
     return (
         t._base is not None
         and t.requires_grad

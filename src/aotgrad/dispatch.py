@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -23,17 +22,6 @@ log = logging.getLogger("aotgrad")
 
 def _always_miss(args: tuple) -> Any:
     return MISS
-
-
-def _run_flat(entry: CompiledEntry) -> Callable[[tuple], Any]:
-    """``entry.run_flat``, with the distinct inputs of a call that passes one tensor twice
-    picked in C (``itemgetter``) rather than by a Python loop over the args."""
-    layout = entry.layout
-    if not layout.has_duplicates or len(layout.distinct_tensors) < 2:
-        return entry.run_flat
-    run = entry.runtime.run
-    pick = operator.itemgetter(*layout.distinct_tensors)
-    return lambda args: run(pick(args))
 
 
 class AotFunction:
@@ -70,7 +58,7 @@ class AotFunction:
         if self.entries:
             log.info("aotgrad: recompiling %s (entry %d)", getattr(self.fn, "__name__", self.fn), len(self.entries))
         self.entries.insert(0, entry)
-        fast = entry.guard.fast_call(_run_flat(entry))
+        fast = entry.guard.fast_call(entry.run_flat)
         if fast is not None:
             self._flat.insert(0, fast)
             self._update_fast()

@@ -224,35 +224,13 @@ class EntryGuard:
         self._aliasing_check = aliasing_check
 
         self._relations = self._build_relations()
-        self.check_flat = self._build_flat_check() if layout.is_flat else None
-
-    def _build_flat_check(self):
-        """A closure for positional-only calls: ``check_flat(args) -> bool``, doing only the
-        checks this entry needs (it runs on every call)."""
-        n = self.layout.num_leaves
-        grad_enabled = self.grad_enabled
-        tensor_check = self._tensor_guards.check
-        relations = self._relations if self._has_relations else None
-        is_grad_enabled = torch.is_grad_enabled
-        pick = self._pick_distinct or (lambda args: args)
-
-        def check_flat(args: tuple) -> bool:
-            if len(args) != n or is_grad_enabled() is not grad_enabled:
-                return False
-            try:
-                if not tensor_check(*pick(args)):
-                    return False
-            except TypeError:  # a non-tensor where a tensor was
-                return False
-            return relations is None or relations(args)
-
-        return check_flat
 
     def fast_call(self, run: Callable[[tuple], Any]) -> Callable[[tuple], Any] | None:
-        """For a flat entry, one closure ``fast(args)`` for a positional-only call: the
-        checks of :attr:`check_flat`, then ``run(args)``; :data:`MISS` when a check fails.
-        Fusing the two saves a Python call per call; None for a non-flat entry."""
-        if self.check_flat is None:
+        """For a flat entry, one closure ``fast(args)`` for a positional-only call: grad mode,
+        tensor metadata and the entry's relations checks, then ``run(args)``; :data:`MISS`
+        when a check fails. Fusing check and run saves a Python call per call; None for a
+        non-flat entry (its calls go through :meth:`check_leaves`)."""
+        if not self.layout.is_flat:
             return None
         grad_enabled = self.grad_enabled
         tensor_check = self._tensor_guards.check
@@ -314,10 +292,6 @@ class EntryGuard:
             or self._aliasing_check is not None
         )
 
-    def _check_relations(self, tensors: Any) -> bool:
-        """Leafness of mutated inputs, identity of deduplicated inputs, storage sharing."""
-        return self._relations(tensors)
-
     def _build_relations(self) -> Callable[[Any], bool]:
         """``relations(tensors) -> bool`` over the call's tensor leaves, doing only the checks
         this entry has (it runs on every call that has any); O(#mutated + #duplicates)
@@ -327,9 +301,7 @@ class EntryGuard:
         groups = self._storage_groups
         mutated = self._mutated_leaves
         aliasing_check = self._aliasing_check
-        pick = None
-        if aliasing_check is not None and self.layout.has_duplicates:
-            pick = self.layout.distinct_tensors
+        pick = self._pick_distinct
         use_count = torch._C._storage_Use_Count
         exclusive_count = _EXCLUSIVE_USE_COUNT
 
@@ -353,7 +325,7 @@ class EntryGuard:
                 if not exclusive and storage_groups(tensors) != groups:
                     return False
             if aliasing_check is not None:
-                return aliasing_check(tensors if pick is None else [tensors[i] for i in pick])
+                return aliasing_check(tensors if pick is None else pick(tensors))
             return True
 
         return relations

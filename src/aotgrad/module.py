@@ -466,14 +466,14 @@ def _aot_kwargs(
     inference_compiler: Callable | None,
     dynamic: bool,
 ) -> dict[str, Any]:
-    kwargs: dict[str, Any] = dict(
-        fw_compiler=fw_compiler,
-        bw_compiler=bw_compiler,
-        decompositions=decompositions,
-        keep_inference_input_mutations=keep_inference_input_mutations,
-        inference_compiler=inference_compiler,
-        dynamic=dynamic,
-    )
+    kwargs: dict[str, Any] = {
+        "fw_compiler": fw_compiler,
+        "bw_compiler": bw_compiler,
+        "decompositions": decompositions,
+        "keep_inference_input_mutations": keep_inference_input_mutations,
+        "inference_compiler": inference_compiler,
+        "dynamic": dynamic,
+    }
     if partition_fn is not None:  # let aot_function pick its own default partitioner
         kwargs["partition_fn"] = partition_fn
     return kwargs

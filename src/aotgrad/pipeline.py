@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import operator
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -78,12 +79,15 @@ class CompiledEntry:
 
     @property
     def run_flat(self) -> Callable[[tuple], Any]:
-        """Run on a positional-only call's args (valid when ``guard.check_flat`` passes)."""
-        if not self.layout.has_duplicates:
-            return self.runtime.run
-        pick = self.layout.distinct_tensors
+        """Run on a positional-only call's args (valid when the guard's fast check passes);
+        a tensor passed twice is picked once, in C (``itemgetter``)."""
         run = self.runtime.run
-        return lambda args: run([args[i] for i in pick])
+        if not self.layout.has_duplicates:
+            return run
+        pick = operator.itemgetter(*self.layout.distinct_tensors)
+        if len(self.layout.distinct_tensors) == 1:
+            return lambda args: run((pick(args),))
+        return lambda args: run(pick(args))
 
     def __repr__(self) -> str:
         kind = "training" if self.training else "inference"
