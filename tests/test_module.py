@@ -548,10 +548,10 @@ def _run_both(cm, m, x):
 )
 @pytest.mark.parametrize("check", ["cpp_guard", "python_fingerprint"])
 def test_cached_snapshot_sees_changes_of_the_module_tree(change, check, monkeypatch):
-    import aotgrad.module as module_impl
+    import aotgrad.module_state as module_state
 
     if check == "python_fingerprint":
-        monkeypatch.setattr(module_impl, "_state_guard", lambda modules: None)
+        monkeypatch.setattr(module_state, "state_guard", lambda modules: None)
     torch.manual_seed(0)
     m = _ScaleShift()
     cm = aot_module(m, nop)

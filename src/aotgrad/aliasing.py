@@ -11,12 +11,16 @@ Where this is built and taken apart:
 - :func:`plan_input_aliasing` (compile time) decides the sets and how each base is made;
 - :meth:`InputAliasing.wrap_program` regenerates the members inside the traced function;
 - :meth:`InputAliasing.graph_inputs` (every call) builds the bases from the caller's tensors;
-- :meth:`InputAliasing.matches` (the guard) checks a call has the same aliasing layout.
+- :meth:`InputAliasing.matches` (the guard) checks a call has the same aliasing layout;
+- :func:`outputs_on_call_inputs` points outputs that alias inputs back at the caller's own
+  tensors, and :meth:`InputAliasing.member_metadata_writebacks` lists the merged inputs whose
+  geometry the program changes.
 Aliased inputs that are not mutated need none of this and keep one graph input each.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -24,9 +28,9 @@ from typing import Any
 import torch
 
 from .errors import AotgradCompileError
-from .metadata import ViewAndMutationMetadata
+from .metadata import OutputType, ViewAndMutationMetadata
 
-__all__ = ["InputAliasing", "SyntheticBase", "plan_input_aliasing"]
+__all__ = ["InputAliasing", "SyntheticBase", "outputs_on_call_inputs", "plan_input_aliasing"]
 
 Strided = tuple[tuple[int, ...], tuple[int, ...], int]  # size, stride, storage_offset
 
@@ -75,8 +79,7 @@ class InputAliasing:
     """How call inputs map to graph inputs when some are merged into synthetic bases.
 
     Graph inputs are ``[call_inputs[i] for i in unmerged] + [base.make(...) for base in
-    bases]``. ``member_templates[i]`` is a (fake) tensor per merged call input whose
-    ``_view_func`` replays its view chain.
+    bases]``.
     """
 
     num_call_inputs: int
@@ -101,8 +104,19 @@ class InputAliasing:
                 return False
         return True
 
+    def member_metadata_writebacks(self, call_metadata: ViewAndMutationMetadata) -> tuple[tuple[int, Strided], ...]:
+        """(call-input index, new geometry) of each merged input whose metadata the program
+        changes (``call_metadata``: the analysis over the call inputs). Static: sizes do not
+        depend on values; the runtime applies them to the caller's tensors after the call."""
+        info = call_metadata.input_info
+        return tuple(
+            (i, info[i].new_view) for b in self.bases for i in b.members if info[i].mutates_metadata
+        )
+
     def wrap_program(self, program: Callable, templates: dict[int, torch.Tensor]) -> Callable:
-        """``program`` over the graph inputs: regenerate each merged member from its base."""
+        """``program`` over the graph inputs: regenerate each merged member from its base.
+        ``templates[i]``: a (fake) tensor per merged call input whose ``_view_func`` replays
+        its view chain."""
         unmerged = self.unmerged
         bases = self.bases
         n = self.num_call_inputs
@@ -210,3 +224,27 @@ def plan_input_aliasing(
         return None
     unmerged = tuple(i for i in range(len(call_inputs)) if i not in merged)
     return InputAliasing(len(call_inputs), unmerged, tuple(bases))
+
+
+def outputs_on_call_inputs(
+    base_metadata: ViewAndMutationMetadata, call_metadata: ViewAndMutationMetadata
+) -> ViewAndMutationMetadata:
+    """The metadata of the program over synthetic bases (``base_metadata``), with outputs
+    that are or view an input pointed at the caller's own input, as ``call_metadata`` (the
+    analysis with inputs taken one by one) has them: they are rebuilt off the real input,
+    ``._base`` as in eager, and their ``call_input_index`` is a call-input index.
+
+    requires_grad stays from the analysis over bases: a mutation of one alias can make its
+    siblings require grad, which only that run sees.
+    """
+    input_kinds = (OutputType.is_input, OutputType.alias_of_input)
+    outputs = []
+    for o_base, o_call in zip(base_metadata.output_info, call_metadata.output_info, strict=True):
+        if o_base.output_type in input_kinds:
+            if o_call.output_type not in input_kinds:
+                raise AotgradCompileError(
+                    "aotgrad internal error: an output aliases a synthetic base but not an input"
+                )
+            o_base = dataclasses.replace(o_call, requires_grad=o_base.requires_grad)
+        outputs.append(o_base)
+    return dataclasses.replace(base_metadata, output_info=tuple(outputs))

@@ -31,6 +31,7 @@ from .eager_rewrites import EagerRewrites
 from .effects import effects_as_ordered_nodes
 from .errors import AotgradCompileError, compile_error_from, current_user_line
 from .metadata import InputInfo, OutputInfo, OutputType, ViewAndMutationMetadata
+from .signature import GraphSignature
 
 _TRACING_LIMITATIONS = (
     DataDependentOutputException,
@@ -41,7 +42,10 @@ _TRACING_LIMITATIONS = (
 
 _CONSTANT_OUTPUT_TYPES = (int, float, bool, str, complex, type(None), torch.dtype, torch.device, torch.Size)
 
-__all__ = ["Analysis", "analyze", "from_functional", "relative_view_metas", "to_functional"]
+__all__ = ["Analysis", "analyze", "from_functional", "reject_inplace_on_leaves", "relative_view_metas", "to_functional"]
+
+_LEAF_INPLACE = "a leaf Variable that requires grad is being used in an in-place operation."
+_VIEW_OF_LEAF_INPLACE = "a view of a leaf Variable that requires grad is being used in an in-place operation."
 
 
 @dataclass(frozen=True)
@@ -55,8 +59,10 @@ class Analysis:
     metadata: ViewAndMutationMetadata
     out_spec: pytree.TreeSpec
     intermediate_base_sources: tuple[int, ...]
-    #: (shape, dtype, device) of each output of the functional forward, in its output order
+    #: (shape, dtype, device) of each output of the functional forward, in signature order
     forward_output_avals: tuple[tuple[tuple[int, ...], torch.dtype, torch.device], ...]
+    #: where the functional forward's outputs sit (no saved values yet)
+    signature: GraphSignature
 
 
 def to_functional(t: Any) -> Any:
@@ -142,7 +148,8 @@ class _EagerChecks(TorchFunctionMode):
     """Checks, at the user's call sites, what the functional run cannot see by itself.
 
     - A metadata-only in-place op (``t_``...) on a leaf that requires grad under grad mode:
-      eager rejects it, but functionalization records it as a view.
+      eager rejects it, but functionalization records it as a view. (Data mutations of such
+      leaves are rejected after the run, by :func:`reject_inplace_on_leaves`.)
     - Tensors the program closes over that need autograd or are mutated: captured as
       constants, their gradients and mutations would be silently lost.
     """
@@ -162,7 +169,7 @@ class _EagerChecks(TorchFunctionMode):
             and id(args[0]) in self.leaf_inputs
             and torch.is_grad_enabled()
         ):
-            raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
+            raise RuntimeError(_LEAF_INPLACE)
         if (
             _is_write(name)
             and name not in _METADATA_INPLACE
@@ -197,6 +204,20 @@ class _EagerChecks(TorchFunctionMode):
                         "lost. Pass the tensor as an argument."
                     )
         return func(*args, **kwargs)
+
+
+def reject_inplace_on_leaves(call_inputs: list[torch.Tensor], metadata: ViewAndMutationMetadata) -> None:
+    """Raise eager's error for an in-place op, seen by autograd, on a leaf that requires grad
+    or on a view of one. ``metadata`` is the analysis over ``call_inputs`` (the real tensors):
+    on fake inputs the analysis cannot always see that an input is a view of a leaf."""
+    for i in metadata.data_mutated_input_indices:
+        if not metadata.input_info[i].mutation_visible_to_autograd:
+            continue
+        t = call_inputs[i]
+        if t.is_leaf and t.requires_grad:
+            raise RuntimeError(_LEAF_INPLACE)
+        if t._base is not None and t._base.is_leaf and t._base.requires_grad:
+            raise RuntimeError(_VIEW_OF_LEAF_INPLACE)
 
 
 def analyze(
@@ -287,9 +308,7 @@ def analyze(
                     "or int/float/bool/str/None inside tuples, lists and dicts (register other "
                     "containers with torch.utils._pytree)."
                 )
-            output_info.append(
-                OutputInfo(OutputType.non_tensor, None, False, constant=o)
-            )
+            output_info.append(OutputInfo(OutputType.non_tensor, False, constant=o))
             continue
         if not isinstance(o, FunctionalTensor):
             raise AotgradCompileError(
@@ -313,7 +332,8 @@ def analyze(
             output_info.append(
                 OutputInfo(
                     first.output_type,
-                    first.base_index,
+                    call_input_index=first.call_input_index,
+                    base_index=first.base_index,
                     duplicate_of=seen_outputs[id(o)],
                     view_source=first.view_source,
                     **common,
@@ -324,14 +344,14 @@ def analyze(
         storage = StorageWeakRef(o.untyped_storage())
         input_idx = next((i for i, f in enumerate(f_inputs) if f is o), None)
         if input_idx is not None:
-            output_info.append(OutputInfo(OutputType.is_input, input_idx, **common))
+            output_info.append(OutputInfo(OutputType.is_input, call_input_index=input_idx, **common))
             continue
         if storage in input_storages:
             i = input_storages[storage]
             output_info.append(
                 OutputInfo(
                     OutputType.alias_of_input,
-                    i,
+                    call_input_index=i,
                     view_source=relative_view_metas(o, f_inputs[i]),
                     **common,
                 )
@@ -339,7 +359,7 @@ def analyze(
             continue
         base = o._base
         if base is None or not isinstance(base, FunctionalTensor):
-            output_info.append(OutputInfo(OutputType.non_alias, None, **common))
+            output_info.append(OutputInfo(OutputType.non_alias, **common))
             continue
         if id(base) in user_output_of:
             kind, index = OutputType.alias_of_intermediate_base_is_user_output, user_output_of[id(base)]
@@ -350,7 +370,7 @@ def analyze(
             base_index_of[id(base)] = index
             base_sources.append(j)
             base_requires_grad.append(base.requires_grad)
-        output_info.append(OutputInfo(kind, index, view_source=relative_view_metas(o, base), **common))
+        output_info.append(OutputInfo(kind, base_index=index, view_source=relative_view_metas(o, base), **common))
 
     if not any(x.requires_grad for x in input_info) and any(
         o.requires_grad for o in output_info
@@ -363,11 +383,15 @@ def analyze(
         tuple(input_info), tuple(output_info), tuple(base_requires_grad)
     )
     # A mutated input's forward output is its data in the original geometry (tracing.py).
-    fw_values = [fake_inputs[i] for i in metadata.mutated_input_indices]
-    fw_values += [o for o in out_leaves if isinstance(o, torch.Tensor)]
-    fw_values += [out_leaves[j]._base for j in base_sources]
+    forward_outputs = GraphSignature.of_metadata(metadata)
+    fw_values = forward_outputs.pack_forward(
+        [fake_inputs[i] for i in forward_outputs.mutated_inputs],
+        [out_leaves[j] for j in forward_outputs.user_outputs],
+        [out_leaves[j]._base for j in base_sources],
+    )
     avals = tuple((tuple(v.shape), v.dtype, v.device) for v in fw_values)
-    return Analysis(metadata, out_spec, tuple(base_sources), avals)
+    signature = forward_outputs.with_tangents(metadata, [v.dtype for v in fw_values])
+    return Analysis(metadata, out_spec, tuple(base_sources), avals, signature)
 
 
 def _made_under_no_grad(t: torch.Tensor) -> bool:

@@ -5,9 +5,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from .config import AotConfig
 from .dispatch import AotFunction
-from .partition import default_partition
-from .pipeline import AotConfig
 
 __all__ = ["aot_function"]
 
@@ -38,8 +37,9 @@ def aot_function(
     (default: ``fw_compiler``) the graph used when no gradient is needed.
     ``partition_fn(joint_module, joint_inputs, *, num_fwd_outputs)`` splits the joint graph
     (default :func:`aotgrad.partition.default_partition`). ``decompositions`` maps ATen ops to
-    decompositions applied while tracing. ``num_params_buffers`` counts leading inputs that
-    are parameters and buffers (informational, as in torch). With
+    decompositions applied while tracing. ``num_params_buffers`` (leading inputs that are
+    parameters and buffers) is accepted for torch's signature and not needed: every input's
+    mutations and aliasing are analysed alike. With
     ``keep_inference_input_mutations`` the inference graph keeps input data mutations as
     ``copy_`` ops instead of returning new values.
 
@@ -52,14 +52,8 @@ def aot_function(
             "aotgrad: dynamic=True traces static shapes for now (one entry per input shape) for %s",
             getattr(fn, "__name__", fn),
         )
-    config = AotConfig(
-        fw_compiler=fw_compiler,
-        bw_compiler=bw_compiler or fw_compiler,
-        inference_compiler=inference_compiler or fw_compiler,
-        partition_fn=partition_fn or default_partition,
-        decompositions=decompositions,
-        num_params_buffers=num_params_buffers,
-        keep_inference_input_mutations=keep_inference_input_mutations,
-        dynamic=dynamic,
+    config = AotConfig.of(
+        fw_compiler, bw_compiler, partition_fn, decompositions,
+        keep_inference_input_mutations, inference_compiler, dynamic,
     )
     return AotFunction(fn, config)

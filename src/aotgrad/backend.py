@@ -24,6 +24,7 @@ What Dynamo (torch 2.13) hands a backend, and how it is handled:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -32,7 +33,8 @@ import torch
 import torch.fx
 
 from . import compilers
-from .module import aot_module_simplified
+from .config import AotConfig
+from .module import compiled_module_forward
 
 __all__ = ["AotgradBackend", "aotgrad_backend", "aotgrad_inductor_backend", "backend"]
 
@@ -52,7 +54,8 @@ def _has_symbolic(example_inputs: list[Any]) -> bool:
 class AotgradBackend:
     """A Dynamo backend: ``backend(gm, example_inputs) -> callable``.
 
-    Holds aot_function's options; each call compiles one Dynamo graph.
+    Holds the compile options (:class:`~aotgrad.config.AotConfig`); each call compiles one
+    Dynamo graph through :func:`aotgrad.module.aot_module_simplified`.
 
     ``dynamic=False`` (the default) is always correct: a graph Dynamo made dynamic receives
     its sizes as plain ``int`` inputs, which aot_function bakes into the graph, so each new
@@ -61,25 +64,14 @@ class AotgradBackend:
     still traces static shapes (one entry per size), so today it behaves like ``False``.
     """
 
-    def __init__(
-        self,
-        fw_compiler: Callable | None = None,
-        bw_compiler: Callable | None = None,
-        partition_fn: Callable | None = None,
-        decompositions: dict | None = None,
-        keep_inference_input_mutations: bool = False,
-        inference_compiler: Callable | None = None,
-        dynamic: bool | None = False,
-        name: str = "aotgrad",
-    ):
-        self.fw_compiler = fw_compiler if fw_compiler is not None else compilers.nop
-        self.bw_compiler = bw_compiler
-        self.partition_fn = partition_fn
-        self.decompositions = decompositions
-        self.keep_inference_input_mutations = keep_inference_input_mutations
-        self.inference_compiler = inference_compiler
+    def __init__(self, config: AotConfig, dynamic: bool | None = False, name: str = "aotgrad") -> None:
+        self.config = config
         self.dynamic = dynamic
         self.name = name
+
+    @property
+    def fw_compiler(self) -> Callable:
+        return self.config.fw_compiler
 
     def __repr__(self) -> str:
         return f"AotgradBackend(name={self.name!r}, fw_compiler={getattr(self.fw_compiler, '__name__', self.fw_compiler)!r})"
@@ -95,17 +87,7 @@ class AotgradBackend:
             "%s backend: graph with %d nodes, %d inputs (dynamic=%s)",
             self.name, len(gm.graph.nodes), len(example_inputs), dynamic,
         )
-        return aot_module_simplified(
-            gm,
-            example_inputs,
-            self.fw_compiler,
-            self.bw_compiler,
-            self.partition_fn,
-            self.decompositions,
-            self.keep_inference_input_mutations,
-            self.inference_compiler,
-            dynamic=dynamic,
-        )
+        return compiled_module_forward(gm, example_inputs, dataclasses.replace(self.config, dynamic=dynamic))
 
 
 def backend(
@@ -123,8 +105,11 @@ def backend(
     :func:`aotgrad.compilers.nop`, ``bw_compiler`` and ``inference_compiler`` to
     ``fw_compiler``; ``dynamic`` is described in :class:`AotgradBackend`.
     """
-    return AotgradBackend(fw_compiler, bw_compiler, partition_fn, decompositions,
-                          keep_inference_input_mutations, inference_compiler, dynamic)
+    config = AotConfig.of(
+        fw_compiler if fw_compiler is not None else compilers.nop, bw_compiler, partition_fn,
+        decompositions, keep_inference_input_mutations, inference_compiler,
+    )
+    return AotgradBackend(config, dynamic)
 
 
 #: ``torch.compile(..., backend="aotgrad")``: the nop compiler (graphs run op by op).
@@ -144,4 +129,4 @@ def aotgrad_inductor_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]
             "version of aotgrad; use backend='aotgrad' or pass your own compiler to "
             "aotgrad.backend(fw_compiler=...)."
         )
-    return AotgradBackend(fw_compiler=inductor, name="aotgrad_inductor")(gm, example_inputs)
+    return AotgradBackend(AotConfig.of(inductor), name="aotgrad_inductor")(gm, example_inputs)

@@ -12,8 +12,9 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from .config import AotConfig
 from .frontend import MISS, flatten_call
-from .pipeline import AotConfig, CompiledEntry, compile_entry
+from .pipeline import CompiledEntry, compile_entry
 
 __all__ = ["AotFunction"]
 

@@ -1,17 +1,38 @@
-"""Errors aotgrad raises at compile time, and where in the user's code they come from."""
+"""Errors aotgrad raises at compile time, and where in the user's code they come from.
+
+One policy decides which source line is "the user's" (:func:`user_frame`): the innermost
+frame outside torch and aotgrad (code run from a string, ``<...>``, counts as the user's);
+where there is none (an ``nn.Sequential`` of stock layers, a Dynamo graph), the innermost
+frame of torch.nn's layer code or of an fx graph's generated code. torch.nn's
+``Module.__call__`` plumbing is never the user's line.
+"""
 
 from __future__ import annotations
 
+import linecache
 import os
 import traceback
+from collections.abc import Iterable
 from types import TracebackType
 
 import torch
 
-__all__ = ["AotgradCompileError", "compile_error_from", "current_user_line", "user_frame", "where"]
+__all__ = [
+    "AotgradCompileError",
+    "compile_error_from",
+    "current_user_line",
+    "note_user_line",
+    "user_frame",
+    "user_frame_of",
+    "where",
+]
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
-_AOTGRAD_DIR = os.path.dirname(__file__)
+_TORCH_NN_DIR = os.path.join(_TORCH_DIR, "nn") + os.sep
+_NN_MODULE_PLUMBING = os.path.join(_TORCH_DIR, "nn", "modules", "module.py")
+_AOTGRAD_DIR = os.path.dirname(os.path.abspath(__file__))
+#: the pseudo-file of a GraphModule's generated forward
+_FX_GENERATED = "<eval_with_key>"
 
 
 class AotgradCompileError(RuntimeError):
@@ -19,18 +40,48 @@ class AotgradCompileError(RuntimeError):
     so the caller's tensors are untouched."""
 
 
-def _innermost_user_frame(frames: traceback.StackSummary) -> traceback.FrameSummary | None:
-    found = None
+def _rank(filename: str) -> int:
+    """2: the user's own code; 1: torch.nn layer code or an fx graph's code, a fallback;
+    0: aotgrad, torch, and Module.__call__'s plumbing."""
+    if filename.startswith("<"):
+        return 1 if filename.startswith(_FX_GENERATED) else 2
+    f = os.path.abspath(filename)
+    if f.startswith(_AOTGRAD_DIR):
+        return 0
+    if f.startswith(_TORCH_NN_DIR):
+        return 0 if f == _NN_MODULE_PLUMBING else 1
+    return 0 if f.startswith(_TORCH_DIR) else 2
+
+
+def _innermost_user_frame(frames: Iterable[traceback.FrameSummary]) -> traceback.FrameSummary | None:
+    best: traceback.FrameSummary | None = None
+    best_rank = 0
     for frame in frames:
-        f = os.path.abspath(frame.filename)
-        if not f.startswith((_TORCH_DIR, _AOTGRAD_DIR)):
-            found = frame
-    return found
+        rank = _rank(frame.filename)
+        if rank and rank >= best_rank:
+            best, best_rank = frame, rank
+    return best
 
 
 def user_frame(tb: TracebackType | None) -> traceback.FrameSummary | None:
-    """The innermost frame of ``tb`` that belongs to neither torch nor aotgrad."""
+    """The user's frame (see the module docstring) in ``tb``."""
     return _innermost_user_frame(traceback.extract_tb(tb))
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and what it wraps (``__cause__`` / ``__context__``), outermost first."""
+    out: list[BaseException] = []
+    e: BaseException | None = exc
+    while e is not None and all(e is not seen for seen in out):
+        out.append(e)
+        e = e.__cause__ or e.__context__
+    return out
+
+
+def user_frame_of(exc: BaseException) -> traceback.FrameSummary | None:
+    """The user's frame behind ``exc``, looking through the exceptions it wraps: a tracing
+    failure wrapped in our own error has the user's frames in the wrapped traceback."""
+    return _innermost_user_frame(fs for e in _chain(exc) for fs in traceback.extract_tb(e.__traceback__))
 
 
 def _describe(frame: traceback.FrameSummary | None) -> str:
@@ -57,3 +108,32 @@ def compile_error_from(exc: BaseException, what: str) -> AotgradCompileError:
         f"aotgrad could not {what}{op_text} at {where(exc.__traceback__)}: "
         f"{type(exc).__name__}: {exc}"
     )
+
+
+def _is_data_dependent(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it wraps) is tracing refusing to produce a concrete value."""
+    text = "\n".join(
+        part for e in _chain(exc) for part in (str(e), *getattr(e, "__notes__", ()))
+    )
+    return "DataDependent" in text or "_local_scalar_dense" in text
+
+
+def note_user_line(exc: BaseException, what: str) -> None:
+    """Attach the user's source line to an error raised while compiling ``what``, unless the
+    error already names it; the exception itself is not changed (a safety net for errors
+    that do not come through :func:`compile_error_from`, e.g. eager's own)."""
+    fs = user_frame_of(exc)
+    if fs is None:
+        return
+    location = f"{fs.filename}:{fs.lineno}"
+    if location in str(exc) or any(location in n for n in getattr(exc, "__notes__", ())):
+        return
+    line = (fs.line or linecache.getline(fs.filename, fs.lineno)).strip()
+    note = f"aotgrad: error in {what}, at {location}: {line}"
+    if _is_data_dependent(exc):
+        note += (
+            "\n  This line needs a tensor's value in Python (data-dependent control flow, "
+            "bool(tensor), .item()), which cannot be captured in a graph. Express it with "
+            "tensor ops (torch.where) or move it out of forward."
+        )
+    exc.add_note(note)

@@ -21,6 +21,7 @@ import torch.utils._pytree as pytree
 from torch._C._dynamo.guards import TensorGuards
 
 from .errors import AotgradCompileError
+from .metadata import ViewAndMutationMetadata
 
 __all__ = ["MISS", "EntryGuard", "InputLayout", "flatten_call", "layout_for", "storage_groups"]
 
@@ -225,6 +226,37 @@ class EntryGuard:
 
         self._relations = self._build_relations()
 
+    @classmethod
+    def for_entry(
+        cls,
+        layout: InputLayout,
+        tensors: list[torch.Tensor],
+        grad_enabled: bool,
+        call_metadata: ViewAndMutationMetadata,
+        aliasing_check: Callable[[list[torch.Tensor]], bool] | None = None,
+    ) -> EntryGuard:
+        """The guard of an entry compiled for this call: ``call_metadata`` is the analysis
+        with the call's distinct inputs taken one by one (what the guard speaks of);
+        ``aliasing_check`` is the synthetic bases' layout check, if the entry has any.
+
+        Storage sharing is checked when the entry mutates some input's data (a mutation of
+        one alias changes the others), and the leafness of every mutated input (it decides
+        between the entry and eager's in-place-on-a-leaf error).
+        """
+        call_inputs = layout.distinct_inputs_of(tensors)
+        data_mutated = set(call_metadata.data_mutated_input_indices)
+        return cls(
+            layout,
+            tensors,
+            grad_enabled,
+            check_storage=bool(data_mutated),
+            leafness={
+                layout.distinct_tensors[i]: leaf_state(call_inputs[i]) for i in call_metadata.mutated_input_indices
+            },
+            mutated_leaves=tuple(k for k, g in enumerate(layout.distinct_of_tensor) if g in data_mutated),
+            aliasing_check=aliasing_check,
+        )
+
     def fast_call(self, run: Callable[[tuple], Any]) -> Callable[[tuple], Any] | None:
         """For a flat entry, one closure ``fast(args)`` for a positional-only call: grad mode,
         tensor metadata and the entry's relations checks, then ``run(args)``; :data:`MISS`
@@ -233,45 +265,22 @@ class EntryGuard:
         if not self.layout.is_flat:
             return None
         grad_enabled = self.grad_enabled
-        tensor_check = self._tensor_guards.check
         is_grad_enabled = torch.is_grad_enabled
         miss = MISS
+        relations = self._relations if self._has_relations else None
         # TensorGuards.check raises TypeError for a wrong number of args, and returns
         # False for a non-tensor where a tensor was: no separate length check.
-        if not self._has_relations:
-
-            def fast(args: tuple) -> Any:
-                if is_grad_enabled() is not grad_enabled:
-                    return miss
-                try:
-                    if not tensor_check(*args):
-                        return miss
-                except TypeError:
-                    return miss
-                return run(args)
-
-            return fast
-        relations = self._relations
+        tensor_check = self._tensor_guards.check
         pick = self._pick_distinct
         if pick is not None:
             n = self.layout.num_leaves
+            guards_check = tensor_check
 
-            def fast_deduplicated(args: tuple) -> Any:
+            def tensor_check(*args: Any) -> bool:
                 # the picked tuple has TensorGuards' arity whatever len(args) is: check it
-                if len(args) != n or is_grad_enabled() is not grad_enabled:
-                    return miss
-                try:
-                    if not tensor_check(*pick(args)):
-                        return miss
-                except TypeError:
-                    return miss
-                if not relations(args):
-                    return miss
-                return run(args)
+                return len(args) == n and guards_check(*pick(args))
 
-            return fast_deduplicated
-
-        def fast_with_relations(args: tuple) -> Any:
+        def fast(args: tuple) -> Any:
             if is_grad_enabled() is not grad_enabled:
                 return miss
             try:
@@ -279,11 +288,11 @@ class EntryGuard:
                     return miss
             except TypeError:
                 return miss
-            if not relations(args):
+            if relations is not None and not relations(args):
                 return miss
             return run(args)
 
-        return fast_with_relations
+        return fast
 
     @property
     def _has_relations(self) -> bool:

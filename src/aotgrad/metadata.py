@@ -2,8 +2,18 @@
 
 The analysis stage (:mod:`aotgrad.analysis`) produces one :class:`ViewAndMutationMetadata`
 per compiled entry; every later stage (tracing, runtime) reads it and nothing writes it.
-Indices are *graph-input* indices: positions among the deduplicated tensor inputs that the
-traced graph receives (see :mod:`aotgrad.frontend`).
+
+Two index spaces, never mixed:
+
+- **graph inputs**: the tensors the traced graph receives. ``input_info`` and
+  ``mutated_input_indices`` are indexed by them.
+- **call inputs**: the distinct tensors of the caller's call (a tensor passed twice is one;
+  see :mod:`aotgrad.frontend`). ``OutputInfo.call_input_index`` (outputs that are or view an
+  input) is one of them, so the alias is rebuilt off the caller's own tensor.
+
+They coincide unless aliased inputs are merged into synthetic bases (:mod:`aotgrad.aliasing`).
+Where each value sits among the graphs' inputs and outputs is not recorded here but in the
+:class:`~aotgrad.signature.GraphSignature` built from this record.
 """
 
 from __future__ import annotations
@@ -70,10 +80,11 @@ class InputInfo:
 class OutputInfo:
     """What one flattened user output is.
 
-    ``base_index``: for ``is_input`` / ``alias_of_input`` the graph-input index it aliases;
-    for ``alias_of_intermediate*`` the index of its base among the intermediate bases
-    (``alias_of_intermediate_save_as_output`` / ``alias_of_intermediate``) or among the user
-    outputs (``alias_of_intermediate_base_is_user_output``).
+    ``call_input_index``: for ``is_input`` / ``alias_of_input``, the call input (a distinct
+    tensor of the caller's call) it is or views.
+    ``base_index``: for ``alias_of_intermediate*``, the index of its base among the
+    intermediate bases (``alias_of_intermediate_save_as_output`` / ``alias_of_intermediate``)
+    or among the user outputs (``alias_of_intermediate_base_is_user_output``).
     ``duplicate_of``: set when eager returns the very same object as an earlier output.
     ``view_source``: the functionalization ``ViewMeta`` sequence that rebuilds the view from
     its base (None where replay is impossible and ``as_strided`` is used instead).
@@ -81,8 +92,9 @@ class OutputInfo:
     """
 
     output_type: OutputType
-    base_index: int | None
     requires_grad: bool
+    call_input_index: int | None = None
+    base_index: int | None = None
     size: tuple[int, ...] = ()
     stride: tuple[int, ...] = ()
     storage_offset: int = 0
@@ -102,11 +114,10 @@ class OutputInfo:
 class ViewAndMutationMetadata:
     """Per-input mutation facts and per-output alias facts of one traced program.
 
-    The forward graph returns, in order: the new value of every mutated input
-    (``mutated_input_indices``), every user output (``output_info``), then
-    ``num_intermediate_bases`` bases of outputs that alias intermediates.
-    Everything a call needs is precomputed here so that it visits only the mutated inputs
-    and the aliased outputs.
+    ``input_info`` is indexed by graph input, ``output_info`` by flattened user output.
+    The positions these take among the graphs' inputs and outputs are the
+    :class:`~aotgrad.signature.GraphSignature`'s business. Everything a call needs is
+    precomputed here so that it visits only the mutated inputs and the aliased outputs.
     """
 
     input_info: tuple[InputInfo, ...]
@@ -144,15 +155,6 @@ class ViewAndMutationMetadata:
             ),
         )
 
-    @property
-    def num_mutated_inputs(self) -> int:
-        return len(self.mutated_input_indices)
-
-    @property
-    def num_forward_outputs(self) -> int:
-        """Outputs of the functional forward: mutated inputs + user outputs + bases."""
-        return self.num_mutated_inputs + len(self.output_info) + self.num_intermediate_bases
-
     def __repr__(self) -> str:
         lines = ["ViewAndMutationMetadata("]
         lines.append("  inputs:")
@@ -174,8 +176,8 @@ class ViewAndMutationMetadata:
             )
         lines.append("  outputs:")
         lines.append(
-            "    {:>3}  {:<42} {:<5} {:<13} {}".format(
-                "#", "output_type", "base", "requires_grad", "shape"
+            "    {:>3}  {:<42} {:<10} {:<13} {}".format(
+                "#", "output_type", "aliases", "requires_grad", "shape"
             )
         )
         for i, o in enumerate(self.output_info):
@@ -183,10 +185,10 @@ class ViewAndMutationMetadata:
             if o.duplicate_of is not None:
                 kind += f" (same object as output {o.duplicate_of})"
             lines.append(
-                "    {:>3}  {:<42} {:<5} {:<13} {}".format(
+                "    {:>3}  {:<42} {:<10} {:<13} {}".format(
                     i,
                     kind,
-                    "-" if o.base_index is None else str(o.base_index),
+                    _alias_target(o),
                     str(o.requires_grad),
                     tuple(o.size) if o.output_type is not OutputType.non_tensor else "-",
                 )
@@ -194,3 +196,15 @@ class ViewAndMutationMetadata:
         lines.append(f"  intermediate bases returned: {self.num_intermediate_bases}")
         lines.append(")")
         return "\n".join(lines)
+
+
+def _alias_target(o: OutputInfo) -> str:
+    """What an output aliases, naming its index space: ``input 2`` (a call input), ``base 0``
+    (an intermediate base), ``output 1`` (a user output)."""
+    if o.call_input_index is not None:
+        return f"input {o.call_input_index}"
+    if o.base_index is None:
+        return "-"
+    if o.output_type is OutputType.alias_of_intermediate_base_is_user_output:
+        return f"output {o.base_index}"
+    return f"base {o.base_index}"

@@ -1,7 +1,7 @@
 """Compiling ``nn.Module``s: :func:`aot_module` and :func:`aot_module_simplified`.
 
-Both are thin layers over :func:`aotgrad.api.aot_function`. A module's parameters and buffers
-become the leading inputs of a pure function of ``(*state, *user_args)``; inside that
+Both are thin layers over aot_function's :class:`~aotgrad.dispatch.AotFunction`. A module's
+parameters and buffers become the leading inputs of a pure function of ``(*state, *user_args)``; inside that
 function the module's tensors are temporarily swapped for the traced inputs and the module is
 called as usual. So:
 
@@ -19,347 +19,36 @@ called as usual. So:
   Other Python attributes read by ``forward`` (``self.scale = 2.0``) are baked into the
   graph at trace time; after changing one, make a new ``aot_module``.
 
-Tied parameters (one tensor under several names) are passed once; ``num_params_buffers``
-given to aot_function is the number of *distinct* parameter and buffer tensors, parameters
-first, in ``named_parameters`` / ``named_buffers`` order.
+Tied parameters (one tensor under several names) are passed once: the leading graph inputs
+are the *distinct* parameter and buffer tensors, parameters first, in ``named_parameters`` /
+``named_buffers`` order. What the module tree looks like, and whether it changed, is
+:mod:`aotgrad.module_state`'s business.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import inspect
-import linecache
 import logging
-import operator
-import os
-import traceback
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from itertools import chain
+from collections.abc import Callable, Sequence
 from typing import Any
 
-import torch
 from torch import nn
 
-from .api import aot_function
+from .config import AotConfig
+from .dispatch import AotFunction
+from .errors import note_user_line
+from .module_state import (
+    SnapshotCache,
+    StateLayout,
+    locations,
+    state_layout,
+    swapped_state,
+)
 
-__all__ = ["AOTModule", "aot_module", "aot_module_simplified"]
+__all__ = ["AOTModule", "aot_module", "aot_module_simplified", "compiled_module_forward"]
 
 log = logging.getLogger(__name__)
-
-# Where a state tensor lives: (index into the module list, attribute name, is_parameter).
-_Location = tuple[int, str, bool]
-
-
-@dataclass(frozen=True)
-class _StateLayout:
-    """The module tree's shape, as far as a traced graph depends on it.
-
-    ``modules`` is ``named_modules(remove_duplicate=False)`` in order (a shared submodule
-    appears once per path). ``slots[i]`` lists every place the i-th distinct state tensor
-    is stored; parameters come before buffers. ``key`` is hashable and equal for two calls
-    exactly when a graph traced for one is valid for the other (same modules, same
-    training flags, same storage layout of state).
-    """
-
-    modules: tuple[nn.Module, ...]
-    names: tuple[str, ...]  # qualified name of each entry of ``modules`` ("" = root)
-    slots: tuple[tuple[_Location, ...], ...]
-    num_params: int  # distinct tensors that are parameters (the leading slots)
-    key: tuple
-
-
-def _preorder(root: nn.Module) -> list[nn.Module]:
-    """``named_modules(remove_duplicate=False)``'s order, without building name strings
-    (the names are only needed on a cache miss)."""
-    out: list[nn.Module] = []
-    stack = [root]
-    while stack:
-        m = stack.pop()
-        out.append(m)
-        children = [c for c in m._modules.values() if c is not None]
-        children.reverse()
-        stack.extend(children)
-    return out
-
-
-def _snapshot(root: nn.Module) -> tuple[tuple, list[torch.Tensor]]:
-    """Walk ``root`` once: return (cache key, distinct state tensors in slot order).
-
-    This runs whenever :class:`_SnapshotCache` finds the tree changed, so it builds only the
-    key (ids, flags, attribute names) and the tensor list; the full :class:`_StateLayout`
-    is built by :func:`_layout` on a miss of the entry cache.
-    """
-    module_key: list[tuple[int, bool]] = []
-    param_slot: dict[int, int] = {}
-    buffer_slot: dict[int, int] = {}
-    params: list[torch.Tensor] = []
-    buffers: list[torch.Tensor] = []
-    param_locs: list[tuple[int, str, int]] = []  # (module index, attribute, slot)
-    buffer_locs: list[tuple[int, str, int]] = []
-    for i, m in enumerate(_preorder(root)):
-        module_key.append((id(m), m.training))
-        for attr, t in m._parameters.items():
-            if t is None:
-                continue
-            slot = param_slot.setdefault(id(t), len(params))
-            if slot == len(params):
-                params.append(t)
-            param_locs.append((i, attr, slot))
-        for attr, t in m._buffers.items():
-            if t is None:
-                continue
-            slot = buffer_slot.setdefault(id(t), len(buffers))
-            if slot == len(buffers):
-                buffers.append(t)
-            buffer_locs.append((i, attr, slot))
-    key = (tuple(module_key), tuple(param_locs), tuple(buffer_locs))
-    return key, params + buffers
-
-
-_STATE_DICTS = ("_parameters", "_buffers", "_modules")
-_state_dicts = operator.attrgetter(*_STATE_DICTS)
-_training = operator.attrgetter("training")
-_flatten = chain.from_iterable
-_dict_values = dict.values
-
-
-def _fingerprint(modules: tuple[nn.Module, ...]) -> tuple[list, list, list, list]:
-    """What a snapshot depends on, in C-level loops: each module's ``training`` flag and,
-    over every module's ``_parameters``, ``_buffers`` and ``_modules`` dicts in turn, the
-    dict sizes, keys and the ids of the values (state tensors, child modules, None)."""
-    dicts = list(_flatten(map(_state_dicts, modules)))
-    return (
-        list(map(_training, modules)),
-        list(map(len, dicts)),
-        list(_flatten(dicts)),
-        list(map(id, _flatten(map(_dict_values, dicts)))),
-    )
-
-
-def _state_guard(modules: tuple[nn.Module, ...]) -> Callable[[tuple], bool] | None:
-    """A C++ check (dynamo's guard manager) that ``modules``' state dicts are the same
-    objects, unmodified since now (``DICT_VERSION``: CPython bumps a dict's version tag on
-    every write), and that their ``training`` flags are the same objects. None when the
-    modules do not keep these in their instance ``__dict__`` or the guard API is missing;
-    the caller then compares :func:`_fingerprint` instead."""
-    try:
-        from torch._C._dynamo.guards import RootGuardManager
-        from torch._dynamo.guards import GuardManagerType
-
-        kind = GuardManagerType.GUARD_MANAGER
-        root = RootGuardManager()
-        for i, m in enumerate(modules):
-            attrs = m.__dict__
-            if not all(a in attrs for a in _STATE_DICTS + ("training",)):
-                return None
-            src = f"modules[{i}]"
-            mgr = root.tuple_getitem_manager(i, src, m, kind)
-            mgr.add_id_match_guard(id(m), [f"id({src})"], None)
-            d = mgr.get_generic_dict_manager(f"{src}.__dict__", attrs, kind)
-            for a in _STATE_DICTS:
-                v = attrs[a]
-                # An OrderedDict can be reordered (move_to_end) without a new version tag,
-                # and order matters (Sequential runs its children in _modules order).
-                if type(v) is not dict:
-                    return None
-                am = d.dict_getitem_manager(a, f"{src}.{a}", v, kind)
-                am.add_id_match_guard(id(v), [f"id({src}.{a})"], None)
-                am.add_dict_version_guard(v, [f"dict_version({src}.{a})"], None)
-            t = attrs["training"]
-            d.dict_getitem_manager("training", f"{src}.training", t, kind).add_id_match_guard(
-                id(t), [f"id({src}.training)"], None
-            )
-        if not root.check(modules):
-            return None
-        return root.check
-    except Exception:
-        log.debug("aot_module: no C++ state guard, using the Python fingerprint", exc_info=True)
-        return None
-
-
-class _SnapshotCache:
-    """The last :func:`_snapshot` of a module tree, and a check that it still holds.
-
-    A snapshot depends on each module's ``training`` flag and on the contents of its
-    ``_parameters``, ``_buffers`` and ``_modules`` dicts; the preorder walk itself is fixed
-    by the root and each module's children. So the check is: the modules of the last walk
-    have the same flags and the same, unmodified dicts (:func:`_state_guard`, in C++;
-    else :func:`_fingerprint`, re-read and compared). The cache holds the modules, their
-    dicts and the state tensors, so no id it compares can be reused by a new object.
-
-    Torch's global module/parameter/buffer registration hooks would not be enough:
-    ``Module._apply`` (``.to()``, ``.double()``) stores new buffers straight into
-    ``_buffers``, and ``del module.name`` runs no hook. Both modify a dict, so both are seen.
-    """
-
-    __slots__ = ("_fingerprint", "_guard", "dicts", "key", "modules", "state")
-
-    def __init__(self, root: nn.Module) -> None:
-        self.modules = tuple(_preorder(root))
-        self.key, self.state = _snapshot(root)
-        self.dicts = tuple(map(_state_dicts, self.modules))
-        self._guard = _state_guard(self.modules)
-        self._fingerprint = None if self._guard is not None else _fingerprint(self.modules)
-
-    def valid(self) -> bool:
-        if self._guard is not None:
-            return self._guard(self.modules)
-        return _fingerprint(self.modules) == self._fingerprint
-
-
-def _layout(root: nn.Module, key: tuple) -> _StateLayout:
-    """Build the full layout for a snapshot key (on a cache miss only)."""
-    named = list(root.named_modules(remove_duplicate=False))
-    module_key, param_locs, buffer_locs = key
-    # _snapshot walked the tree with _preorder; the two orders must agree.
-    assert [id(m) for _, m in named] == [i for i, _ in module_key]
-    num_params = 1 + max((s for _, _, s in param_locs), default=-1)
-    num_buffers = 1 + max((s for _, _, s in buffer_locs), default=-1)
-    slots: list[list[_Location]] = [[] for _ in range(num_params + num_buffers)]
-    for i, attr, s in param_locs:
-        slots[s].append((i, attr, True))
-    for i, attr, s in buffer_locs:
-        slots[num_params + s].append((i, attr, False))
-    return _StateLayout(
-        modules=tuple(m for _, m in named),
-        names=tuple(n for n, _ in named),
-        slots=tuple(tuple(s) for s in slots),
-        num_params=num_params,
-        key=key,
-    )
-
-
-def _locations(layout: _StateLayout) -> list[_Location]:
-    """Every location of every slot, in slot order (only used when a buffer is reassigned)."""
-    return [loc for slot in layout.slots for loc in slot]
-
-
-def _qualname(layout: _StateLayout, loc: _Location) -> str:
-    prefix = layout.names[loc[0]]
-    return f"{prefix}.{loc[1]}" if prefix else loc[1]
-
-
-@contextlib.contextmanager
-def _swapped_state(layout: _StateLayout, values: Sequence[torch.Tensor]) -> Iterator[dict]:
-    """Temporarily store ``values`` in the module tree in place of its real tensors.
-
-    Writes go straight into ``_parameters`` / ``_buffers``: ``setattr`` would reject a
-    plain (traced) tensor under a parameter's name. Yields a dict that, on exit of the
-    body, is filled with ``location -> tensor`` for every buffer that ``forward`` reassigned
-    (locations numbered in slot order, as :func:`_locations` lists them);
-    the real tensors are always restored, even when the body raises.
-    """
-    saved: list[tuple[dict, str, Any]] = []
-    reassigned: dict[int, Any] = {}
-    try:
-        for slot, value in zip(layout.slots, values):
-            for i, attr, is_param in slot:
-                table = layout.modules[i]._parameters if is_param else layout.modules[i]._buffers
-                saved.append((table, attr, table[attr]))
-                table[attr] = value
-        yield reassigned
-        n = -1  # index of the location in slot order: a tied buffer may be reassigned at
-        for slot, value in zip(layout.slots, values):  # one of its names only, as in eager
-            for i, attr, is_param in slot:
-                n += 1
-                m = layout.modules[i]
-                table = m._parameters if is_param else m._buffers
-                now = table.get(attr, None)
-                if now is value:
-                    continue
-                where = _qualname(layout, (i, attr, is_param))
-                if is_param or not isinstance(now, torch.Tensor):
-                    raise RuntimeError(
-                        f"aot_module: forward() replaced {'parameter' if is_param else 'buffer'} "
-                        f"'{where}' with {type(now).__name__}; only reassigning a buffer to a "
-                        "tensor is supported. Update it in place instead (e.g. "
-                        "`self.x.copy_(new)`)."
-                    )
-                reassigned[n] = now
-    finally:
-        for table, attr, old in reversed(saved):
-            table[attr] = old
-
-
-_TORCH_DIR = os.path.dirname(torch.__file__)
-_TORCH_NN_DIR = os.path.join(_TORCH_DIR, "nn") + os.sep
-_NN_MODULE_PLUMBING = os.path.join(_TORCH_DIR, "nn", "modules", "module.py")
-_AOTGRAD_DIR = os.path.dirname(os.path.abspath(__file__))
-
-
-def _is_internal(filename: str) -> bool:
-    """Frames a user cannot act on: aotgrad, and torch apart from torch.nn's layer code.
-
-    torch/nn's layers and functional.py count as user-level source (the error is at
-    ``batchnorm.py: float(self.num_batches_tracked)``, say); Module.__call__'s plumbing
-    does not.
-    """
-    if filename.startswith(("<", _AOTGRAD_DIR)):
-        return True
-    if filename.startswith(_TORCH_NN_DIR):
-        return filename == _NN_MODULE_PLUMBING
-    return filename.startswith(_TORCH_DIR)
-
-
-def _user_frame(exc: BaseException) -> traceback.FrameSummary | None:
-    """The innermost user-level source line (see :func:`_is_internal`) behind ``exc``.
-
-    Follows ``__cause__`` / ``__context__``: the core may wrap a tracing failure in its own
-    error, and the user's frames are then in the traceback of the wrapped exception.
-    """
-    found = None
-    seen: set[int] = set()
-    e: BaseException | None = exc
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        for fs in traceback.extract_tb(e.__traceback__):
-            if not _is_internal(fs.filename):
-                found = fs
-        e = e.__cause__ or e.__context__
-    return found
-
-
-def _chain_text(exc: BaseException) -> str:
-    parts, seen = [], set()
-    e: BaseException | None = exc
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        parts.append(str(e))
-        parts.extend(getattr(e, "__notes__", ()))
-        e = e.__cause__ or e.__context__
-    return "\n".join(parts)
-
-
-def _note_user_line(exc: BaseException, what: str) -> None:
-    """Attach the user's source line to a trace-time error, unless it already names it.
-
-    The core names the user's line itself where it finds one outside torch; this is the
-    module-level safety net: it also accepts torch.nn layer code as the "user" line (an
-    ``nn.Sequential`` of stock layers has no other) and never changes the exception.
-    """
-    fs = _user_frame(exc)
-    if fs is None:
-        return
-    where = f"{fs.filename}:{fs.lineno}"
-    if where in str(exc) or any(where in n for n in getattr(exc, "__notes__", ())):
-        return
-    line = (fs.line or linecache.getline(fs.filename, fs.lineno)).strip()
-    note = f"aotgrad: error in {what}, at {where}: {line}"
-    if _is_data_dependent(exc):
-        note += (
-            "\n  This line needs a tensor's value in Python (data-dependent control flow, "
-            "bool(tensor), .item()), which cannot be captured in a graph. Express it with "
-            "tensor ops (torch.where) or move it out of forward."
-        )
-    exc.add_note(note)
-
-
-def _is_data_dependent(exc: BaseException) -> bool:
-    """Whether ``exc`` (or what it wraps) is tracing refusing to produce a concrete value."""
-    text = _chain_text(exc)
-    return "DataDependent" in text or "_local_scalar_dense" in text
 
 
 def _describe_forward(root: nn.Module) -> str:
@@ -375,31 +64,31 @@ def _describe_forward(root: nn.Module) -> str:
 class _CompiledForward:
     """The callable both entry points return: ``(*user_args, **kwargs) -> forward(...)``.
 
-    Holds one aot_function per :class:`_StateLayout` key. A call checks that the module
-    tree is as at the last call (:class:`_SnapshotCache`; else it walks it again with
-    :func:`_snapshot`), picks the entry and calls it with the state tensors prepended;
+    Holds one aot_function per :class:`StateLayout` key. A call checks that the module
+    tree is as at the last call (:class:`SnapshotCache`; else it walks it again with
+    :func:`snapshot`), picks the entry and calls it with the state tensors prepended;
     aot_function then handles input metadata, grad mode, mutations and aliasing.
     """
 
-    def __init__(self, root: nn.Module, aot_kwargs: dict[str, Any]):
+    def __init__(self, root: nn.Module, config: AotConfig):
         self.root = root
-        self.aot_kwargs = aot_kwargs
-        self.entries: dict[tuple, tuple[_StateLayout, Callable]] = {}
-        self._cache: _SnapshotCache | None = None
+        self.config = config
+        self.entries: dict[tuple, tuple[StateLayout, Callable]] = {}
+        self._cache: SnapshotCache | None = None
 
     def __deepcopy__(self, memo: dict) -> _CompiledForward:
         # Entries close over the original modules; a copy must trace its own.
-        return _CompiledForward(copy.deepcopy(self.root, memo), dict(self.aot_kwargs))
+        return _CompiledForward(copy.deepcopy(self.root, memo), self.config)
 
-    def _entry(self, key: tuple) -> tuple[_StateLayout, Callable]:
-        layout = _layout(self.root, key)
+    def _entry(self, key: tuple) -> tuple[StateLayout, Callable]:
+        layout = state_layout(self.root, key)
         root = self.root
         n_state = len(layout.slots)
 
         def functional_forward(*flat: Any, **kwargs: Any) -> Any:
             # Runs only while aot_function traces (on fake tensors); never on a real call.
             state, args = flat[:n_state], flat[n_state:]
-            with _swapped_state(layout, state) as reassigned:
+            with swapped_state(layout, state) as reassigned:
                 out = root(*args, **kwargs)
             # A 1-tuple when nothing was reassigned (the common case): a tuple of tensors
             # is packed without a pytree walk on every call.
@@ -410,13 +99,13 @@ class _CompiledForward:
             type(root).__name__, layout.num_params, n_state - layout.num_params,
             len(layout.modules), root.training,
         )
-        compiled = aot_function(functional_forward, num_params_buffers=n_state, **self.aot_kwargs)
+        compiled = AotFunction(functional_forward, self.config)
         return layout, compiled
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         cache = self._cache
         if cache is None or not cache.valid():
-            cache = self._cache = _SnapshotCache(self.root)
+            cache = self._cache = SnapshotCache(self.root)
         entry = self.entries.get(cache.key)
         if entry is None:
             entry = self.entries[cache.key] = self._entry(cache.key)
@@ -425,15 +114,15 @@ class _CompiledForward:
             result = compiled(*cache.state, *args, **kwargs)
         except Exception as e:
             self._explain_call_error(e, args, kwargs)
-            _note_user_line(e, _describe_forward(self.root))  # unchanged, plus the line
+            note_user_line(e, _describe_forward(self.root))  # unchanged, plus the line
             raise
         if len(result) == 1:
             return result[0]
         out, reassigned = result
-        locations = _locations(layout)
+        where = locations(layout)
         for n, value in reassigned.items():
             # forward() did `self.buf = new_tensor`: do the same to the real module.
-            i, attr, _ = locations[n]
+            i, attr, _ = where[n]
             layout.modules[i]._buffers[attr] = value
         return out
 
@@ -455,28 +144,6 @@ class _CompiledForward:
             ) from exc
         except ValueError:  # no signature available (builtin); nothing better to say
             pass
-
-
-def _aot_kwargs(
-    fw_compiler: Callable,
-    bw_compiler: Callable | None,
-    partition_fn: Callable | None,
-    decompositions: dict | None,
-    keep_inference_input_mutations: bool,
-    inference_compiler: Callable | None,
-    dynamic: bool,
-) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {
-        "fw_compiler": fw_compiler,
-        "bw_compiler": bw_compiler,
-        "decompositions": decompositions,
-        "keep_inference_input_mutations": keep_inference_input_mutations,
-        "inference_compiler": inference_compiler,
-        "dynamic": dynamic,
-    }
-    if partition_fn is not None:  # let aot_function pick its own default partitioner
-        kwargs["partition_fn"] = partition_fn
-    return kwargs
 
 
 class AOTModule(nn.Module):
@@ -565,9 +232,9 @@ def aot_module(
             f"aot_module expects an nn.Module, got {type(mod).__name__}; use "
             "aotgrad.aot_function for plain functions."
         )
-    kwargs = _aot_kwargs(fw_compiler, bw_compiler, partition_fn, decompositions,
-                         keep_inference_input_mutations, inference_compiler, dynamic)
-    return AOTModule(mod, _CompiledForward(mod, kwargs))
+    config = AotConfig.of(fw_compiler, bw_compiler, partition_fn, decompositions,
+                          keep_inference_input_mutations, inference_compiler, dynamic)
+    return AOTModule(mod, _CompiledForward(mod, config))
 
 
 def aot_module_simplified(
@@ -591,6 +258,13 @@ def aot_module_simplified(
     here, but tracing happens on the first real call, on fake copies aot_function makes
     itself — so fake or real, ``args`` are never computed on and never mutated.
     """
+    config = AotConfig.of(fw_compiler, bw_compiler, partition_fn, decompositions,
+                          keep_inference_input_mutations, inference_compiler, dynamic)
+    return compiled_module_forward(mod, args, config)
+
+
+def compiled_module_forward(mod: nn.Module, args: Sequence[Any], config: AotConfig) -> Callable:
+    """:func:`aot_module_simplified` with its options as one :class:`AotConfig`."""
     if not isinstance(mod, nn.Module):
         raise TypeError(f"aot_module_simplified expects an nn.Module, got {type(mod).__name__}")
     try:
@@ -602,6 +276,4 @@ def aot_module_simplified(
         ) from None
     except ValueError:
         pass
-    kwargs = _aot_kwargs(fw_compiler, bw_compiler, partition_fn, decompositions,
-                         keep_inference_input_mutations, inference_compiler, dynamic)
-    return _CompiledForward(mod, kwargs)
+    return _CompiledForward(mod, config)

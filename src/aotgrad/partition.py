@@ -43,14 +43,17 @@ from torch.fx.experimental.symbolic_shapes import optimization_hint
 from torch.utils import _pytree as pytree
 
 from .effects import is_effectful
+from .signature import is_tangent
 
 __all__ = [
     "REDUCTION_RECOMPUTE_MAX_NUMEL",
     "SavedReport",
     "SavedValue",
     "default_partition",
+    "grad_tangent_dependencies",
     "min_cut_rematerialization_partition",
     "saved_bytes",
+    "saved_values",
     "tag_forward_nodes",
 ]
 
@@ -75,11 +78,10 @@ class _Joint:
 
 def _split_joint(joint_module: fx.GraphModule, num_fwd_outputs: int) -> _Joint:
     graph = joint_module.graph
-    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
-    tangents = [n for n in placeholders if n.name.startswith("tangents")]
-    primals = [n for n in placeholders if not n.name.startswith("tangents")]
-    (output,) = [n for n in graph.nodes if n.op == "output"]
-    flat = pytree.tree_leaves(output.args, is_leaf=lambda x: x is None)
+    placeholders = graph.find_nodes(op="placeholder")
+    tangents = [n for n in placeholders if is_tangent(n)]
+    primals = [n for n in placeholders if not is_tangent(n)]
+    flat = _output_values(joint_module)
     if num_fwd_outputs > len(flat):
         raise ValueError(
             f"num_fwd_outputs={num_fwd_outputs} but the joint graph has only {len(flat)} outputs"
@@ -110,6 +112,12 @@ def tag_forward_nodes(joint_module: fx.GraphModule, num_fwd_outputs: int) -> Non
     for node in joint_module.graph.nodes:
         if node.op not in ("placeholder", "output"):
             node.meta["partitioner_tag"] = "is_forward" if node in forward else "is_backward"
+
+
+def _output_values(module: fx.GraphModule) -> list[Any]:
+    """The flattened values a graph's output node returns (None kept)."""
+    (output,) = module.graph.find_nodes(op="output")
+    return pytree.tree_leaves(output.args, is_leaf=lambda x: x is None)
 
 
 def _nodes(values: Iterable[Any]) -> list[fx.Node]:
@@ -566,11 +574,9 @@ def saved_bytes(fw_module: fx.GraphModule, num_fwd_outputs: int | None = None) -
                 "fw_module.meta has no 'num_fwd_outputs' (not partitioned by aotgrad); pass it"
             )
         num_fwd_outputs = fw_module.meta["num_fwd_outputs"]
-    (output,) = [n for n in fw_module.graph.nodes if n.op == "output"]
-    flat = pytree.tree_leaves(output.args, is_leaf=lambda x: x is None)
     values: list[SavedValue] = []
     seen: set[fx.Node] = set()
-    for node in _nodes(flat[num_fwd_outputs:]):
+    for node in _nodes(_output_values(fw_module)[num_fwd_outputs:]):
         if node in seen:
             continue
         seen.add(node)
@@ -584,3 +590,37 @@ def saved_bytes(fw_module: fx.GraphModule, num_fwd_outputs: int | None = None) -
         else:
             values.append(SavedValue(node.name, (), None, 0))
     return SavedReport(tuple(values))
+
+
+# --------------------------------------------------------------------------- reading a split
+
+
+def saved_values(fw_module: fx.GraphModule, num_fwd_outputs: int) -> tuple[list[fx.Node], list[fx.Node]]:
+    """(saved tensors, saved symints) of a partitioned forward: its outputs from index
+    ``num_fwd_outputs`` on, tensors first (the partitioner contract). Works for a module
+    partitioned elsewhere (torch's), which records no counts in ``meta``."""
+    saved = _output_values(fw_module)[num_fwd_outputs:]
+    symints = [n for n in saved if isinstance(n, fx.Node) and _is_sym(n)]
+    tensors = saved[: len(saved) - len(symints)]
+    if symints != saved[len(tensors):]:
+        raise RuntimeError("partition: the forward's saved values put a symint before a tensor")
+    return tensors, symints
+
+
+def grad_tangent_dependencies(bw_module: fx.GraphModule) -> tuple[frozenset[int], ...]:
+    """For each output of the backward graph (a gradient), the tangents (by order) it reads,
+    directly or not; a gradient that reads no tangent depends on none."""
+    tangents = [n for n in bw_module.graph.find_nodes(op="placeholder") if is_tangent(n)]
+    index = {n: k for k, n in enumerate(tangents)}
+    deps: dict[fx.Node, frozenset[int]] = {}
+    for n in bw_module.graph.nodes:
+        if n in index:
+            deps[n] = frozenset((index[n],))
+        else:
+            acc: frozenset[int] = frozenset()
+            for a in n.all_input_nodes:
+                acc |= deps.get(a, frozenset())
+            deps[n] = acc
+    return tuple(
+        deps.get(g, frozenset()) if isinstance(g, fx.Node) else frozenset() for g in _output_values(bw_module)
+    )

@@ -20,41 +20,19 @@ import torch.fx
 import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from .aliasing import InputAliasing, plan_input_aliasing
-from .analysis import Analysis, analyze
-from .errors import AotgradCompileError
-from .frontend import EntryGuard, InputLayout, layout_for, leaf_state
+from .aliasing import InputAliasing, outputs_on_call_inputs, plan_input_aliasing
+from .analysis import Analysis, analyze, reject_inplace_on_leaves
+from .config import AotConfig
+from .frontend import EntryGuard, InputLayout, layout_for
 from .metadata import OutputType, ViewAndMutationMetadata
-from .partition import tag_forward_nodes
-from .runtime import BackwardSpec, CompiledRuntime, build_runtime
+from .partition import grad_tangent_dependencies, saved_values, tag_forward_nodes
+from .runtime import BackwardSpec, CompiledRuntime
+from .signature import GraphSignature
 from .tracing import trace_inference, trace_joint
 
-__all__ = ["AotConfig", "CompiledEntry", "compile_entry"]
+__all__ = ["CompiledEntry", "compile_entry"]
 
 log = logging.getLogger("aotgrad")
-
-
-@dataclass(frozen=True)
-class AotConfig:
-    """Everything the user chose when calling :func:`aotgrad.aot_function`."""
-
-    fw_compiler: Callable
-    bw_compiler: Callable
-    inference_compiler: Callable
-    partition_fn: Callable
-    decompositions: dict | None
-    num_params_buffers: int = 0
-    keep_inference_input_mutations: bool = False
-    #: accepted for API compatibility; graphs are traced with static shapes either way (a
-    #: call with new shapes compiles a new entry), see :func:`aotgrad.aot_function`
-    dynamic: bool = False
-
-    @property
-    def trace_decompositions(self) -> dict | None:
-        """The user's decompositions, else the forward compiler's own (e.g. Inductor's)."""
-        if self.decompositions is not None:
-            return self.decompositions
-        return getattr(self.fw_compiler, "decompositions", None)
 
 
 @dataclass
@@ -76,6 +54,11 @@ class CompiledEntry:
     def __call__(self, leaves: list[Any]) -> Any:
         tensors = self.layout.tensors_of(leaves)
         return self.runtime.run(self.layout.distinct_inputs_of(tensors))
+
+    @property
+    def signature(self) -> GraphSignature:
+        """Where each value sits among the compiled graphs' inputs and outputs."""
+        return self.runtime.signature
 
     @property
     def run_flat(self) -> Callable[[tuple], Any]:
@@ -110,17 +93,6 @@ def _program(fn: Callable, layout: InputLayout) -> Callable[..., tuple[list[Any]
     return program
 
 
-def _saved_counts(fw_module: torch.fx.GraphModule, num_fwd_outputs: int) -> tuple[int, int, list[torch.fx.Node]]:
-    """How many tensors and symints the partitioned forward saves, and the saved nodes."""
-    out_node = next(n for n in reversed(fw_module.graph.nodes) if n.op == "output")
-    outs = pytree.tree_leaves(out_node.args)
-    saved = outs[num_fwd_outputs:]
-    symints = sum(
-        1 for n in saved if isinstance(n, torch.fx.Node) and isinstance(n.meta.get("val"), (int, torch.SymInt))
-    )
-    return len(saved) - symints, symints, saved
-
-
 @dataclass
 class _AnalyzedCall:
     """What the analysis stage hands to tracing: the program over the graph inputs."""
@@ -142,7 +114,7 @@ def _analyze_call(fn: Callable, layout: InputLayout, call_inputs: list[torch.Ten
     fake_call = [fake_mode.from_tensor(t) for t in call_inputs]
     program = _program(fn, layout)
     call_analysis = analyze(program, fake_call, fake_mode, grad_enabled=grad_enabled)
-    _reject_inplace_on_leaves(call_inputs, call_analysis.metadata)
+    reject_inplace_on_leaves(call_inputs, call_analysis.metadata)
     input_aliasing = plan_input_aliasing(call_inputs, fake_call, call_analysis.metadata)
     if input_aliasing is None:
         return _AnalyzedCall(program, call_analysis, call_analysis, None, call_inputs, fake_call, fake_mode)
@@ -152,7 +124,8 @@ def _analyze_call(fn: Callable, layout: InputLayout, call_inputs: list[torch.Ten
     templates = {i: fake_call[i] for b in input_aliasing.bases for i in b.members}
     program = input_aliasing.wrap_program(program, templates)
     base_analysis = analyze(program, fake_inputs, fake_mode, grad_enabled=grad_enabled)
-    analysis = _aliases_of_call_inputs(base_analysis, call_analysis)
+    metadata = outputs_on_call_inputs(base_analysis.metadata, call_analysis.metadata)
+    analysis = dataclasses.replace(base_analysis, metadata=metadata)
     return _AnalyzedCall(program, call_analysis, analysis, input_aliasing, graph_inputs, fake_inputs, fake_mode)
 
 
@@ -160,38 +133,37 @@ def _compile_training(call: _AnalyzedCall, config: AotConfig, graphs: dict) -> t
     """Joint graph → partition → forward/backward compilers → runtime with an autograd.Function."""
     md = call.analysis.metadata
     joint = trace_joint(call.program, call.analysis, call.fake_inputs, call.fake_mode, config.trace_decompositions)
-    tag_forward_nodes(joint.graph, joint.num_fwd_outputs)
+    num_fwd_outputs = joint.signature.num_forward_outputs
+    tag_forward_nodes(joint.graph, num_fwd_outputs)
     fw_module, bw_module = config.partition_fn(
-        joint.graph, [joint.primals, joint.tangents], num_fwd_outputs=joint.num_fwd_outputs
+        joint.graph, [joint.primals, joint.tangents], num_fwd_outputs=num_fwd_outputs
     )
     graphs["forward"], graphs["backward"] = fw_module, bw_module
-    n_saved_t, n_saved_s, saved_nodes = _saved_counts(fw_module, joint.num_fwd_outputs)
-    placeholders = [n for n in fw_module.graph.nodes if n.op == "placeholder"]
+    saved_tensors, saved_symints = saved_values(fw_module, num_fwd_outputs)
+    signature = joint.signature.with_saved(len(saved_tensors), len(saved_symints))
+    signature.check_forward_graph(fw_module, saved=True)
+    signature.check_backward_graph(bw_module)
+    placeholders = fw_module.graph.find_nodes(op="placeholder")
     data_mutated = set(md.data_mutated_input_indices)
     to_clone = tuple(
         k
-        for k, node in enumerate(saved_nodes[:n_saved_t])
+        for k, node in enumerate(saved_tensors)
         if node in placeholders and placeholders.index(node) in data_mutated
     )
     fw_callable = _detaching(
-        config.fw_compiler(fw_module, list(joint.primals)), _view_outputs(fw_module, md, joint.num_fwd_outputs)
+        config.fw_compiler(fw_module, list(joint.primals)), _view_outputs(fw_module, md, signature)
     )
-    bw_inputs = [n.meta.get("val") for n in bw_module.graph.nodes if n.op == "placeholder"]
+    bw_inputs = [n.meta.get("val") for n in bw_module.graph.find_nodes(op="placeholder")]
     bw_callable = config.bw_compiler(bw_module, bw_inputs)
     avals = call.analysis.forward_output_avals
     backward = BackwardSpec(
         bw_callable=_direct(bw_callable),
-        num_fwd_outputs=joint.num_fwd_outputs,
-        num_saved_tensors=n_saved_t,
-        num_saved_symints=n_saved_s,
-        tangent_positions=joint.tangent_positions,
-        tangent_meta=tuple(avals[p] for p in joint.tangent_positions),
+        tangent_meta=tuple(avals[p] for p in signature.tangents),
         saved_inputs_to_clone=to_clone,
-        grad_tangent_deps=_tangent_dependencies(bw_module),
+        grad_tangent_deps=grad_tangent_dependencies(bw_module),
     )
-    runtime = build_runtime(
-        md, call.analysis.out_spec, _direct(fw_callable), backward,
-        **_aliasing_runtime(call.input_aliasing, call.call_analysis),
+    runtime = CompiledRuntime(
+        md, signature, call.analysis.out_spec, _direct(fw_callable), backward, **_aliasing_runtime(call)
     )
     return runtime, joint.graph
 
@@ -199,20 +171,30 @@ def _compile_training(call: _AnalyzedCall, config: AotConfig, graphs: dict) -> t
 def _compile_inference(call: _AnalyzedCall, config: AotConfig, graphs: dict, grad_enabled: bool) -> CompiledRuntime:
     """Forward graph alone → inference compiler → runtime without autograd.Function."""
     md = call.analysis.metadata
-    keep = config.keep_inference_input_mutations
+    kept = frozenset(
+        i for i in md.mutated_input_indices
+        if config.keep_inference_input_mutations and not md.input_info[i].mutates_metadata
+    )
+    signature = call.analysis.signature.without_mutations(kept)
     gm = trace_inference(
         call.program, call.analysis, call.fake_inputs, call.fake_mode, config.trace_decompositions,
-        grad_enabled=grad_enabled, keep_input_mutations=keep,
+        signature, grad_enabled=grad_enabled,
     )
     graphs["inference"] = gm
     with call.fake_mode:
         example = [t.detach() for t in call.fake_inputs]
-    fw_callable = _detaching(config.inference_compiler(gm, example), _view_outputs(gm, md, None))
-    kept = frozenset(i for i in md.mutated_input_indices if keep and not md.input_info[i].mutates_metadata)
-    return build_runtime(
-        md, call.analysis.out_spec, _direct(fw_callable), None, kept,
-        **_aliasing_runtime(call.input_aliasing, call.call_analysis),
-    )
+    fw_callable = _detaching(config.inference_compiler(gm, example), _view_outputs(gm, md, signature))
+    return CompiledRuntime(md, signature, call.analysis.out_spec, _direct(fw_callable), None, **_aliasing_runtime(call))
+
+
+def _aliasing_runtime(call: _AnalyzedCall) -> dict:
+    """The runtime's arguments for synthetic bases (none without them)."""
+    if call.input_aliasing is None:
+        return {}
+    return {
+        "graph_inputs_of": call.input_aliasing.graph_inputs,
+        "member_metadata_writebacks": call.input_aliasing.member_metadata_writebacks(call.call_analysis.metadata),
+    }
 
 
 def compile_entry(fn: Callable, leaves: list[Any], spec: pytree.TreeSpec, config: AotConfig) -> CompiledEntry:
@@ -236,97 +218,18 @@ def compile_entry(fn: Callable, leaves: list[Any], spec: pytree.TreeSpec, config
     else:
         runtime = _compile_inference(call, config, graphs, grad_enabled)
 
-    # The guard speaks of the caller's inputs: the analysis with inputs taken one by one.
-    call_md = call.call_analysis.metadata
-    data_mutated = set(call_md.data_mutated_input_indices)
-    guard = EntryGuard(
-        layout,
-        tensors,
-        grad_enabled,
-        check_storage=bool(data_mutated),
-        leafness={
-            layout.distinct_tensors[i]: leaf_state(call_inputs[i]) for i in call_md.mutated_input_indices
-        },
-        mutated_leaves=tuple(k for k, g in enumerate(layout.distinct_of_tensor) if g in data_mutated),
-        aliasing_check=None if call.input_aliasing is None else call.input_aliasing.matches,
+    guard = EntryGuard.for_entry(
+        layout, tensors, grad_enabled, call.call_analysis.metadata,
+        None if call.input_aliasing is None else call.input_aliasing.matches,
     )
     entry = CompiledEntry(guard, layout, md, runtime, training, graphs, joint_gm, call.input_aliasing)
     entry.compile_seconds = time.perf_counter() - start
     log.info("aotgrad: compiled %r", entry)
+    log.debug("aotgrad: %r", entry.signature)
     return entry
 
 
-def _reject_inplace_on_leaves(call_inputs: list[torch.Tensor], md: ViewAndMutationMetadata) -> None:
-    """Raise eager's error for an in-place op, seen by autograd, on a leaf that requires grad
-    or on a view of one (analysis on fake inputs cannot always see that the input is a view)."""
-    for i in md.data_mutated_input_indices:
-        if not md.input_info[i].mutation_visible_to_autograd:
-            continue
-        t = call_inputs[i]
-        if t.is_leaf and t.requires_grad:
-            raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
-        if t._base is not None and t._base.is_leaf and t._base.requires_grad:
-            raise RuntimeError(
-                "a view of a leaf Variable that requires grad is being used in an in-place operation."
-            )
-
-
-def _aliases_of_call_inputs(base_analysis: Analysis, call_analysis: Analysis) -> Analysis:
-    """The analysis over synthetic bases, with outputs that alias inputs re-pointed at the
-    caller's own inputs (so they are rebuilt off the real input, ``._base`` as in eager).
-
-    requires_grad stays from the analysis over bases: a mutation of one alias can make its
-    siblings require grad, which only that run sees.
-    """
-    md = base_analysis.metadata
-    input_kinds = (OutputType.is_input, OutputType.alias_of_input)
-    outputs = []
-    for o_base, o_call in zip(md.output_info, call_analysis.metadata.output_info):
-        if o_base.output_type in input_kinds:
-            if o_call.output_type not in input_kinds:
-                raise AotgradCompileError(
-                    "aotgrad internal error: an output aliases a synthetic base but not an input"
-                )
-            o_base = dataclasses.replace(o_call, requires_grad=o_base.requires_grad)
-        outputs.append(o_base)
-    merged = dataclasses.replace(md, output_info=tuple(outputs))
-    return dataclasses.replace(base_analysis, metadata=merged)
-
-
-def _aliasing_runtime(input_aliasing: InputAliasing | None, call_analysis: Analysis) -> dict:
-    """Runtime arguments for synthetic bases: how to build graph inputs, and the metadata
-    mutations of merged inputs (static: sizes do not depend on values)."""
-    if input_aliasing is None:
-        return {}
-    merged = [i for b in input_aliasing.bases for i in b.members]
-    info = call_analysis.metadata.input_info
-    return {
-        "graph_inputs_of": input_aliasing.graph_inputs,
-        "member_metadata_writebacks": tuple(
-            (i, info[i].new_view) for i in merged if info[i].mutates_metadata
-        ),
-    }
-
-
-def _tangent_dependencies(bw_module: torch.fx.GraphModule) -> tuple[frozenset[int], ...]:
-    """For each output of the backward graph, which tangents (by order) it depends on."""
-    tangents = [n for n in bw_module.graph.nodes if n.op == "placeholder" and n.name.startswith("tangents")]
-    index = {n: k for k, n in enumerate(tangents)}
-    deps: dict[torch.fx.Node, frozenset[int]] = {}
-    for n in bw_module.graph.nodes:
-        if n in index:
-            deps[n] = frozenset((index[n],))
-        else:
-            acc: frozenset[int] = frozenset()
-            for a in n.all_input_nodes:
-                acc |= deps.get(a, frozenset())
-            deps[n] = acc
-    out = next(n for n in reversed(bw_module.graph.nodes) if n.op == "output")
-    grads = out.args[0] if isinstance(out.args[0], (list, tuple)) else [out.args[0]]
-    return tuple(deps.get(g, frozenset()) if isinstance(g, torch.fx.Node) else frozenset() for g in grads)
-
-
-def _view_outputs(gm: torch.fx.GraphModule, md: ViewAndMutationMetadata, num_fwd_outputs: int | None) -> tuple[int, ...]:
+def _view_outputs(gm: torch.fx.GraphModule, md: ViewAndMutationMetadata, signature: GraphSignature) -> tuple[int, ...]:
     """Forward-output positions of non-aliased user outputs and intermediate bases that the
     graph computes with a view op (an intermediate whose metadata was mutated in place, say).
 
@@ -334,22 +237,14 @@ def _view_outputs(gm: torch.fx.GraphModule, md: ViewAndMutationMetadata, num_fwd
     differs and, in training, an in-place op on the output hits autograd's "view created
     inside a custom Function" error.
     """
-    out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    (out,) = gm.graph.find_nodes(op="output")
     outs = pytree.tree_leaves(out.args)
-    if num_fwd_outputs is not None:
-        outs = outs[:num_fwd_outputs]
-    first_user = len(outs) - sum(
-        o.output_type is not OutputType.non_tensor for o in md.output_info
-    ) - md.num_intermediate_bases
-    candidates = []
-    pos = first_user
-    for o in md.output_info:
-        if o.output_type is OutputType.non_tensor:
-            continue
-        if o.output_type is OutputType.non_alias and o.duplicate_of is None:
-            candidates.append(pos)
-        pos += 1
-    candidates.extend(range(pos, pos + md.num_intermediate_bases))
+    candidates = [
+        signature.user_output_positions[j]
+        for j in signature.user_outputs
+        if md.output_info[j].output_type is OutputType.non_alias and md.output_info[j].duplicate_of is None
+    ]
+    candidates.extend(range(signature.intermediate_base_slice.start, signature.intermediate_base_slice.stop))
     return tuple(
         p for p in candidates
         if isinstance(outs[p], torch.fx.Node)

@@ -1,7 +1,8 @@
 """Run compiled graphs with eager semantics: the autograd.Function and the wrapper around it.
 
-:func:`build_runtime` turns the compiled forward (and backward) into a callable over the
-graph inputs. Every index it needs is computed here, once; a call then visits only the
+:class:`CompiledRuntime` turns the compiled forward (and backward) into a callable over the
+call inputs. Every position it needs comes from the entry's
+:class:`~aotgrad.signature.GraphSignature`, read once here; a call then visits only the
 mutated inputs and the aliased outputs.
 
 Order of effects in a call: run the forward; write back input mutations (data in the
@@ -21,8 +22,9 @@ import torch._C._functionalization as functionalization
 import torch.utils._pytree as pytree
 
 from .metadata import OutputInfo, OutputType, ViewAndMutationMetadata
+from .signature import GraphSignature
 
-__all__ = ["OutputBuilder", "TensorAlias", "build_runtime", "regenerate_alias"]
+__all__ = ["BackwardSpec", "CompiledRuntime", "OutputBuilder", "TensorAlias", "regenerate_alias"]
 
 log = logging.getLogger(__name__)
 
@@ -78,33 +80,31 @@ class OutputBuilder:
     output), ``"same"`` (the object of an earlier user output), ``"const"``.
     """
 
-    def __init__(self, metadata: ViewAndMutationMetadata, out_spec: pytree.TreeSpec, first_user: int, first_base: int):
+    def __init__(self, metadata: ViewAndMutationMetadata, out_spec: pytree.TreeSpec, signature: GraphSignature):
         plan: list[tuple[str, int, Any]] = []
-        pos = first_user
+        position = signature.user_output_positions
+        first_base = signature.intermediate_base_slice.start
         for j, o in enumerate(metadata.output_info):
             t = o.output_type
             if t is OutputType.non_tensor:
                 plan.append(("const", 0, o.constant))
-                continue
-            if o.duplicate_of is not None:
+            elif o.duplicate_of is not None:
                 plan.append(("same", o.duplicate_of, None))
             elif t is OutputType.non_alias:
-                plan.append(("out", pos, None))
+                plan.append(("out", position[j], None))
             elif t is OutputType.is_input:
-                plan.append(("input", o.base_index, None))
+                plan.append(("input", o.call_input_index, None))
             elif t is OutputType.alias_of_input:
-                plan.append(("alias_input", o.base_index, o))
+                plan.append(("alias_input", o.call_input_index, o))
             elif t is OutputType.alias_of_intermediate_base_is_user_output:
                 plan.append(("alias_user", o.base_index, o))
             else:
                 plan.append(("alias_fw", first_base + o.base_index, o))
-            pos += 1
         self.plan = tuple(plan)
         self.alias_order = tuple(
             j for j, (kind, _, _) in enumerate(plan) if kind not in ("out", "input", "const")
         )
-        self.num_user_tensors = pos - first_user
-        self.first_user = first_user
+        self.user_slice = signature.user_output_slice
         #: outputs are exactly a slice of the forward outputs
         self.is_slice = all(k == "out" for k, _, _ in plan)
         self.out_spec = out_spec
@@ -118,7 +118,7 @@ class OutputBuilder:
     def __call__(self, fw_outs: Any, call_inputs: Any) -> Any:
         """The user outputs; ``input``/``alias_input`` index the caller's distinct inputs."""
         if self.is_slice:
-            return self.pack(fw_outs[self.first_user : self.first_user + self.num_user_tensors])
+            return self.pack(fw_outs[self.user_slice])
         result: list[Any] = [None] * len(self.plan)
         # Direct outputs first: an alias may name a user output that comes after it.
         for j, (kind, idx, info) in enumerate(self.plan):
@@ -159,17 +159,14 @@ class Writeback:
     new_view: tuple | None = None
 
 
-def _writebacks(metadata: ViewAndMutationMetadata, kept: frozenset[int] = frozenset()) -> tuple[Writeback, ...]:
+def _writebacks(metadata: ViewAndMutationMetadata, signature: GraphSignature) -> tuple[Writeback, ...]:
+    start = signature.mutated_input_slice.start
     out = []
-    pos = 0
-    for i in metadata.mutated_input_indices:
-        if i in kept:
-            continue
+    for k, i in enumerate(signature.mutated_inputs):
         info = metadata.input_info[i]
         out.append(
-            Writeback(pos, i, info.mutates_data, info.mutates_metadata, info.mutation_visible_to_autograd, info.new_view)
+            Writeback(start + k, i, info.mutates_data, info.mutates_metadata, info.mutation_visible_to_autograd, info.new_view)
         )
-        pos += 1
     return tuple(out)
 
 
@@ -209,40 +206,44 @@ def apply_writebacks(writebacks: tuple[Writeback, ...], fw_outs: Any, graph_inpu
 
 @dataclass(frozen=True)
 class BackwardSpec:
-    """What the autograd.Function needs to run the compiled backward."""
+    """What the autograd.Function needs to run the compiled backward, besides positions
+    (those are the signature's)."""
 
     bw_callable: Callable
-    num_fwd_outputs: int
-    num_saved_tensors: int
-    num_saved_symints: int
-    #: forward-output positions that take a tangent, in the backward graph's tangent order
-    tangent_positions: tuple[int, ...]
     #: (shape, dtype, device) of each tangent, for materialising zeros when autograd passes None
     tangent_meta: tuple[tuple[tuple[int, ...], torch.dtype, torch.device], ...]
-    #: saved-tensor positions that are graph inputs mutated by the write back (cloned first)
+    #: saved-tensor indices that are graph inputs mutated by the write back (cloned first)
     saved_inputs_to_clone: tuple[int, ...]
     #: per backward output, the tangent indices it depends on
     grad_tangent_deps: tuple[frozenset[int], ...] = ()
 
 
-def _make_function(fw_callable: Callable, spec: BackwardSpec, alias_positions: tuple[int, ...], nondiff_positions: tuple[int, ...]) -> type:
+def _make_function(
+    fw_callable: Callable,
+    signature: GraphSignature,
+    spec: BackwardSpec,
+    alias_positions: tuple[int, ...],
+    nondiff_positions: tuple[int, ...],
+) -> type:
     """A fresh autograd.Function subclass bound to one compiled forward/backward pair."""
-    n = spec.num_fwd_outputs
-    n_saved_t = spec.num_saved_tensors
+    n = signature.num_forward_outputs
+    saved_tensors = signature.saved_tensor_slice
+    saved_symints = signature.saved_symint_slice
     bw = spec.bw_callable
-    tangent_positions = spec.tangent_positions
+    tangent_positions = signature.tangents
     tangent_meta = spec.tangent_meta
     to_clone = spec.saved_inputs_to_clone
+    grad_tangent_deps = spec.grad_tangent_deps
 
     class CompiledFunction(torch.autograd.Function):
         @staticmethod
         def forward(ctx, *args):  # type: ignore[override]
             outs = fw_callable(*args)
-            saved = list(outs[n : n + n_saved_t]) if to_clone else outs[n : n + n_saved_t]
+            saved = list(outs[saved_tensors]) if to_clone else outs[saved_tensors]
             for k in to_clone:
                 saved[k] = saved[k].clone()
             ctx.save_for_backward(*saved)
-            ctx.symints = outs[n + n_saved_t :]
+            ctx.symints = outs[saved_symints]
             ctx.set_materialize_grads(False)
             result = list(outs[:n])
             for p in alias_positions:
@@ -269,7 +270,7 @@ def _make_function(fw_callable: Callable, spec: BackwardSpec, alias_positions: t
                 # None, not zeros.
                 unused = set(missing)
                 grads = [
-                    None if deps and deps <= unused else g for g, deps in zip(grads, spec.grad_tangent_deps)
+                    None if deps and deps <= unused else g for g, deps in zip(grads, grad_tangent_deps, strict=True)
                 ]
             if torch.is_grad_enabled():  # create_graph=True: the grads could be differentiated again
                 return _NoDoubleBackward.apply(*grads)
@@ -304,42 +305,35 @@ class CompiledRuntime:
     def __init__(
         self,
         metadata: ViewAndMutationMetadata,
+        signature: GraphSignature,
         out_spec: pytree.TreeSpec,
         fw_callable: Callable,
         backward: BackwardSpec | None,
-        kept_mutations: frozenset[int] = frozenset(),
         graph_inputs_of: Callable[[Any], list] | None = None,
         member_metadata_writebacks: tuple[tuple[int, tuple], ...] = (),
     ) -> None:
         self.metadata = metadata
+        self.signature = signature
         #: call inputs → graph inputs (synthetic bases); None when they are the same
         self.graph_inputs_of = graph_inputs_of
         #: (call-input index, (size, stride, storage_offset)) of merged inputs whose
         #: metadata the program changes; applied to the caller's tensor after the call
         self.member_metadata_writebacks = member_metadata_writebacks
         self.training = backward is not None
-        self.writebacks = _writebacks(metadata, kept_mutations)
-        nm = len(self.writebacks)
-        num_user = sum(o.output_type is not OutputType.non_tensor for o in metadata.output_info)
-        self.outputs = OutputBuilder(metadata, out_spec, nm, nm + num_user)
+        self.writebacks = _writebacks(metadata, signature)
+        self.outputs = OutputBuilder(metadata, out_spec, signature)
         self._fw = fw_callable
         if backward is not None:
-            user_alias_positions = []
-            pos = nm
-            for o in metadata.output_info:
-                if o.output_type is OutputType.non_tensor:
-                    continue
-                if o.is_alias or o.duplicate_of is not None:
-                    user_alias_positions.append(pos)
-                pos += 1
+            # Outputs autograd must not see as views of the Function's inputs: metadata-only
+            # mutations (the input itself, re-strided) and aliased or duplicated user outputs.
             alias_positions = tuple(w.position for w in self.writebacks if not w.data) + tuple(
-                user_alias_positions
+                signature.user_output_positions[j]
+                for j in signature.user_outputs
+                if metadata.output_info[j].is_alias or metadata.output_info[j].duplicate_of is not None
             )
-            tangent = set(backward.tangent_positions)
-            nondiff = tuple(
-                p for p in range(backward.num_fwd_outputs) if p not in tangent and p not in alias_positions
-            )
-            self._function = _make_function(fw_callable, backward, alias_positions, nondiff)
+            differentiable = set(signature.tangents) | set(alias_positions)
+            nondiff = tuple(p for p in range(signature.num_forward_outputs) if p not in differentiable)
+            self._function = _make_function(fw_callable, signature, backward, alias_positions, nondiff)
             self._apply = self._function.apply
 
         self.run: Callable[[Any], Any] = self._build_run()
@@ -364,7 +358,7 @@ class CompiledRuntime:
 
             return run_with_bases
         if not writebacks and outputs.is_slice:
-            lo, hi = outputs.first_user, outputs.first_user + outputs.num_user_tensors
+            lo, hi = outputs.user_slice.start, outputs.user_slice.stop
             pack = outputs.pack
             if pack is tuple:
                 return lambda graph_inputs: tuple(forward(*graph_inputs)[lo:hi])
@@ -383,18 +377,3 @@ class CompiledRuntime:
     def __call__(self, graph_inputs: Any) -> Any:
         return self.run(graph_inputs)
 
-
-def build_runtime(
-    metadata: ViewAndMutationMetadata,
-    out_spec: pytree.TreeSpec,
-    fw_callable: Callable,
-    backward: BackwardSpec | None = None,
-    kept_mutations: frozenset[int] = frozenset(),
-    graph_inputs_of: Callable[[Any], list] | None = None,
-    member_metadata_writebacks: tuple[tuple[int, tuple], ...] = (),
-) -> CompiledRuntime:
-    """Make the runtime for one compiled entry (see :class:`CompiledRuntime`)."""
-    return CompiledRuntime(
-        metadata, out_spec, fw_callable, backward, kept_mutations, graph_inputs_of,
-        member_metadata_writebacks,
-    )

@@ -1,8 +1,8 @@
 """Trace the functional forward, and the joint forward+backward, into FX graphs of ATen ops.
 
-The functional forward returns, in this order (see
-:class:`~aotgrad.metadata.ViewAndMutationMetadata`): the new value of each mutated input,
-each tensor user output, each intermediate base. The joint function
+The functional forward returns the outputs :class:`~aotgrad.signature.GraphSignature` lays
+out: the new value of each mutated input, each tensor user output, each intermediate base.
+The joint function
 ``joint(primals, tangents) -> [fw_outs, grads]`` follows the convention of
 ``docs/contracts.md`` so that partitioners written for torch's AOT Autograd work unchanged.
 """
@@ -23,50 +23,11 @@ from .analysis import Analysis, from_functional, to_functional
 from .eager_rewrites import EagerRewrites
 from .effects import effects_as_ordered_nodes, is_effectful
 from .errors import AotgradCompileError, compile_error_from
-from .metadata import OutputType, ViewAndMutationMetadata
+from .signature import GraphSignature, mark_tangents
 
-__all__ = ["JointGraph", "tangent_output_indices", "tensor_output_indices", "trace_inference", "trace_joint"]
+__all__ = ["JointGraph", "trace_inference", "trace_joint"]
 
 Program = Callable[..., tuple[list[Any], Any]]
-
-
-def tensor_output_indices(metadata: ViewAndMutationMetadata) -> tuple[int, ...]:
-    """User-output indices that the forward graph returns (all tensor outputs)."""
-    return tuple(
-        j for j, o in enumerate(metadata.output_info) if o.output_type is not OutputType.non_tensor
-    )
-
-
-def _is_differentiable(requires_grad: bool, dtype: torch.dtype | None) -> bool:
-    return requires_grad and dtype is not None and (dtype.is_floating_point or dtype.is_complex)
-
-
-def tangent_output_indices(metadata: ViewAndMutationMetadata, fw_dtypes: list) -> tuple[int, ...]:
-    """Positions among the forward outputs that get a tangent (a gradient in backward).
-
-    Mutated inputs whose mutation autograd sees, non-aliased user outputs and intermediate
-    bases, where they require grad. Aliased outputs get none: they travel as ``TensorAlias``
-    and their gradient reaches the graph through their base.
-    """
-    out = []
-    pos = 0
-    for i in metadata.mutated_input_indices:
-        info = metadata.input_info[i]
-        if info.mutates_data and info.mutation_visible_to_autograd and _is_differentiable(True, fw_dtypes[pos]):
-            out.append(pos)
-        pos += 1
-    for j in tensor_output_indices(metadata):
-        o = metadata.output_info[j]
-        if o.output_type is OutputType.non_alias and o.duplicate_of is None and _is_differentiable(
-            o.requires_grad, o.dtype
-        ):
-            out.append(pos)
-        pos += 1
-    for rg in metadata.intermediate_base_requires_grad:
-        if _is_differentiable(rg, fw_dtypes[pos]):
-            out.append(pos)
-        pos += 1
-    return tuple(out)
 
 
 def _functional_forward(
@@ -84,12 +45,12 @@ def _functional_forward(
     would be rejected, and autograd.grad must see the original value.
     """
     md = analysis.metadata
-    user_tensor_outputs = tensor_output_indices(md)
+    signature = analysis.signature
 
     def forward(*inputs: Any) -> list[Any]:
         inputs = list(inputs)
         originals = list(inputs)
-        for i in md.mutated_input_indices:
+        for i in signature.mutated_inputs:
             info = md.input_info[i]
             x = inputs[i]
             geometry_changes = info.mutates_metadata and info.new_view != (
@@ -100,15 +61,17 @@ def _functional_forward(
             if geometry_changes or (protect_mutated_inputs and info.mutates_metadata and not info.mutates_data):
                 inputs[i] = inputs[i].view(inputs[i].shape)
         out_leaves, _ = program(*inputs)
-        mutated = [originals[i] for i in md.mutated_input_indices]
-        user = [out_leaves[j] for j in user_tensor_outputs]
         bases = [out_leaves[j]._base for j in analysis.intermediate_base_sources]
         if any(b is None for b in bases):
             raise AotgradCompileError(
                 "aotgrad internal error: an output that aliased an intermediate in the analysis "
                 "run is not a view when traced; please report this program."
             )
-        return mutated + user + bases
+        return signature.pack_forward(
+            [originals[i] for i in signature.mutated_inputs],
+            [out_leaves[j] for j in signature.user_outputs],
+            bases,
+        )
 
     return forward
 
@@ -130,14 +93,15 @@ def _trace(fn: Callable, args: tuple, decompositions: dict | None, fake_mode: Fa
 
 @dataclass(frozen=True)
 class JointGraph:
-    """The traced joint graph and what the partitioner and runtime need to know about it."""
+    """The traced joint graph and the example inputs it was traced with.
+
+    Placeholders are ``primals_*`` then ``tangents_*`` (tagged, see
+    :func:`~aotgrad.signature.mark_tangents`); the output is ``[fw_outs, grads]``, laid out
+    as ``signature`` says (forward outputs, then one gradient per primal).
+    """
 
     graph: torch.fx.GraphModule
-    num_fwd_outputs: int
-    #: positions among the forward outputs that take a tangent, in tangent order
-    tangent_positions: tuple[int, ...]
-    #: graph-input indices that get a gradient
-    grad_input_indices: tuple[int, ...]
+    signature: GraphSignature
     primals: list[torch.Tensor]
     tangents: list[torch.Tensor]
 
@@ -150,13 +114,13 @@ def trace_joint(
     decompositions: dict | None,
 ) -> JointGraph:
     """Trace ``joint(primals, tangents) -> [fw_outs, grads]`` under functionalization."""
-    md = analysis.metadata
+    signature = analysis.signature
     forward = _functional_forward(program, analysis, protect_mutated_inputs=True)
     with fake_mode:
         primals = [t.detach().requires_grad_(t.requires_grad) for t in fake_inputs]
 
     avals = analysis.forward_output_avals
-    tangent_positions = tangent_output_indices(md, [aval[1] for aval in avals])
+    tangent_positions = signature.tangents
     with fake_mode:
         tangents = [torch.empty(avals[p][0], dtype=avals[p][1], device=avals[p][2]) for p in tangent_positions]
     grad_inputs = tuple(i for i, t in enumerate(primals) if t.requires_grad)
@@ -175,9 +139,9 @@ def trace_joint(
                 computed = torch.autograd.grad(
                     diff_outs, wrt, f_tangents, allow_unused=True
                 )
-                for i, g in zip(grad_inputs, computed):
+                for i, g in zip(grad_inputs, computed, strict=True):
                     grads[i] = g
-        forward_mutated = set(md.mutated_input_indices)
+        forward_mutated = set(signature.mutated_inputs)
         for i, f in enumerate(f_primals):
             if i in forward_mutated:
                 continue  # the forward returns its new value
@@ -189,7 +153,8 @@ def trace_joint(
         return [[from_functional(o) for o in fw_outs], [from_functional(g) for g in grads]]
 
     gm = _trace(joint, (primals, tangents), decompositions, fake_mode)
-    return JointGraph(gm, len(avals), tangent_positions, grad_inputs, primals, tangents)
+    mark_tangents(gm.graph, len(primals))
+    return JointGraph(gm, signature, primals, tangents)
 
 
 def trace_inference(
@@ -198,21 +163,20 @@ def trace_inference(
     fake_inputs: list[torch.Tensor],
     fake_mode: FakeTensorMode,
     decompositions: dict | None,
+    signature: GraphSignature,
     *,
     grad_enabled: bool,
-    keep_input_mutations: bool,
 ) -> torch.fx.GraphModule:
     """Trace the functional forward alone (no autograd) into a graph over ``primals_*``.
 
-    With ``keep_input_mutations``, data mutations of inputs whose metadata is unchanged are
-    kept in the graph as ``copy_`` into the input and are not returned.
+    The graph returns what ``signature`` (the analysis's, less the kept mutations) lays out:
+    the data mutations of the graph inputs ``analysis.signature`` returns but ``signature``
+    does not are kept in the graph as ``copy_`` into the input.
     """
-    md = analysis.metadata
     forward = _functional_forward(program, analysis, protect_mutated_inputs=False)
-    kept = {
-        i for i in md.mutated_input_indices
-        if keep_input_mutations and not md.input_info[i].mutates_metadata
-    }
+    returned = analysis.signature.mutated_input_slice
+    mutated = analysis.signature.mutated_inputs
+    kept = frozenset(mutated) - frozenset(signature.mutated_inputs)
     with fake_mode:
         # requires_grad kept: some ops decompose differently for inputs that require grad
         # (matmul's folding), and the analysis ran with it.
@@ -225,18 +189,19 @@ def trace_inference(
         with mode, torch.set_grad_enabled(grad_enabled), EagerRewrites():
             outs = forward(*f_primals)
         result = []
-        for k, o in enumerate(outs):
-            if k < md.num_mutated_inputs and md.mutated_input_indices[k] in kept:
-                i = md.mutated_input_indices[k]
+        for i, o in zip(mutated, outs[returned], strict=True):
+            if i in kept:
                 primals[i].copy_(from_functional(o))
-                continue
-            result.append(from_functional(o))
+            else:
+                result.append(from_functional(o))
+        result.extend(from_functional(o) for o in outs[returned.stop:])
         return result
 
     gm = _trace(inference, (primals,), decompositions, fake_mode)
     # The joint graph is pruned by the partitioner; this one goes to the compiler as is.
     gm.graph.eliminate_dead_code(is_impure_node=_keep_node)
     gm.recompile()
+    signature.check_forward_graph(gm, saved=False)
     return gm
 
 
