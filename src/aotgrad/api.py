@@ -52,7 +52,7 @@ def aot_function(
             "aotgrad: dynamic=True traces static shapes for now (one entry per input shape) for %s",
             getattr(fn, "__name__", fn),
         )
-    config = AotConfig.of(
+    config = AotConfig(
         fw_compiler, bw_compiler, partition_fn, decompositions,
         keep_inference_input_mutations, inference_compiler, dynamic,
     )

@@ -105,7 +105,7 @@ def backend(
     :func:`aotgrad.compilers.nop`, ``bw_compiler`` and ``inference_compiler`` to
     ``fw_compiler``; ``dynamic`` is described in :class:`AotgradBackend`.
     """
-    config = AotConfig.of(
+    config = AotConfig(
         fw_compiler if fw_compiler is not None else compilers.nop, bw_compiler, partition_fn,
         decompositions, keep_inference_input_mutations, inference_compiler,
     )
@@ -129,4 +129,4 @@ def aotgrad_inductor_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]
             "version of aotgrad; use backend='aotgrad' or pass your own compiler to "
             "aotgrad.backend(fw_compiler=...)."
         )
-    return AotgradBackend(AotConfig.of(inductor), name="aotgrad_inductor")(gm, example_inputs)
+    return AotgradBackend(AotConfig(inductor), name="aotgrad_inductor")(gm, example_inputs)

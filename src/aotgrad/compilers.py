@@ -13,6 +13,8 @@ from typing import Any
 
 import torch.fx
 
+from .signature import is_tangent
+
 __all__ = ["InductorCompiler", "inductor", "inductor_bw", "inductor_inference", "nop", "print_graph"]
 
 
@@ -45,10 +47,10 @@ class InductorCompiler:
       user passes no ``decompositions`` (docs/contracts.md). It is computed on first access:
       importing Inductor takes seconds.
     * **Phase.** ``compile_fx_inner`` takes ``is_backward`` / ``is_inference`` flags. With
-      ``phase="auto"`` (:data:`inductor`) a graph with a placeholder whose name contains
-      ``tangents`` is compiled as a backward graph (the partitioner names backward inputs
-      ``tangents_*``; Inductor itself relies on the same naming), any other graph as a
-      training forward. Pass ``phase="inference"`` (:data:`inductor_inference`) as the
+      ``phase="auto"`` (:data:`inductor`) a graph with a tangent placeholder
+      (:func:`aotgrad.signature.is_tangent`: tagged when the joint is traced, else named
+      ``tangents_*`` as torch names them) is compiled as a backward graph, any other graph
+      as a training forward. Pass ``phase="inference"`` (:data:`inductor_inference`) as the
       ``inference_compiler`` to let Inductor apply its inference-only optimizations; the
       flag changes performance, not results.
     * **Strides.** Every output of the graph keeps the strides recorded in its
@@ -93,11 +95,7 @@ class InductorCompiler:
         from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
         from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-        tangent_idxs = [
-            i
-            for i, node in enumerate(gm.graph.find_nodes(op="placeholder"))
-            if "tangents" in node.name
-        ]
+        tangent_idxs = [i for i, node in enumerate(gm.graph.find_nodes(op="placeholder")) if is_tangent(node)]
         phase = self.phase
         if phase == "auto":
             phase = "backward" if tangent_idxs else "forward"

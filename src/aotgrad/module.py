@@ -204,17 +204,7 @@ class AOTModule(nn.Module):
         return f"orig_module={type(self.orig_module).__name__}"
 
 
-def aot_module(
-    mod: nn.Module,
-    fw_compiler: Callable,
-    bw_compiler: Callable | None = None,
-    partition_fn: Callable | None = None,
-    decompositions: dict | None = None,
-    keep_inference_input_mutations: bool = False,
-    inference_compiler: Callable | None = None,
-    *,
-    dynamic: bool = False,
-) -> AOTModule:
+def aot_module(mod: nn.Module, *args: Any, **kwargs: Any) -> AOTModule:
     """Compile ``mod`` with aot_function; return a module that shares its state.
 
     The returned :class:`AOTModule` is called like ``mod``. Its parameters, buffers and
@@ -225,16 +215,18 @@ def aot_module(
     module tree, or of an input's metadata or grad mode compiles a new graph; tracing
     happens on the first call of each.
 
-    The remaining arguments have aot_function's meaning.
+    ``args`` and ``kwargs`` are aot_function's options after ``fn``, as in torch's
+    ``aot_module``: ``fw_compiler, bw_compiler=None, partition_fn=None,
+    decompositions=None, keep_inference_input_mutations=False, inference_compiler=None,
+    *, dynamic=False`` (:class:`~aotgrad.config.AotConfig`; ``num_params_buffers`` is
+    the module's own and not taken).
     """
     if not isinstance(mod, nn.Module):
         raise TypeError(
             f"aot_module expects an nn.Module, got {type(mod).__name__}; use "
             "aotgrad.aot_function for plain functions."
         )
-    config = AotConfig.of(fw_compiler, bw_compiler, partition_fn, decompositions,
-                          keep_inference_input_mutations, inference_compiler, dynamic)
-    return AOTModule(mod, _CompiledForward(mod, config))
+    return AOTModule(mod, _CompiledForward(mod, AotConfig(*args, **kwargs)))
 
 
 def aot_module_simplified(
@@ -258,8 +250,8 @@ def aot_module_simplified(
     here, but tracing happens on the first real call, on fake copies aot_function makes
     itself — so fake or real, ``args`` are never computed on and never mutated.
     """
-    config = AotConfig.of(fw_compiler, bw_compiler, partition_fn, decompositions,
-                          keep_inference_input_mutations, inference_compiler, dynamic)
+    config = AotConfig(fw_compiler, bw_compiler, partition_fn, decompositions,
+                       keep_inference_input_mutations, inference_compiler, dynamic)
     return compiled_module_forward(mod, args, config)
 
 

@@ -76,22 +76,28 @@ def snapshot(root: nn.Module) -> tuple[tuple, list[torch.Tensor]]:
     buffer_locs: list[tuple[int, str, int]] = []
     for i, m in enumerate(_preorder(root)):
         module_key.append((id(m), m.training))
-        for attr, t in m._parameters.items():
-            if t is None:
-                continue
-            slot = param_slot.setdefault(id(t), len(params))
-            if slot == len(params):
-                params.append(t)
-            param_locs.append((i, attr, slot))
-        for attr, t in m._buffers.items():
-            if t is None:
-                continue
-            slot = buffer_slot.setdefault(id(t), len(buffers))
-            if slot == len(buffers):
-                buffers.append(t)
-            buffer_locs.append((i, attr, slot))
+        _add_slots(i, m._parameters, param_slot, params, param_locs)
+        _add_slots(i, m._buffers, buffer_slot, buffers, buffer_locs)
     key = (tuple(module_key), tuple(param_locs), tuple(buffer_locs))
     return key, params + buffers
+
+
+def _add_slots(
+    module_index: int,
+    table: dict[str, torch.Tensor | None],
+    slot_of: dict[int, int],
+    tensors: list[torch.Tensor],
+    locs: list[tuple[int, str, int]],
+) -> None:
+    """Record where each tensor of one module's ``_parameters`` or ``_buffers`` lives; a
+    tensor seen before (tied) keeps its slot."""
+    for attr, t in table.items():
+        if t is None:
+            continue
+        slot = slot_of.setdefault(id(t), len(tensors))
+        if slot == len(tensors):
+            tensors.append(t)
+        locs.append((module_index, attr, slot))
 
 
 _STATE_DICTS = ("_parameters", "_buffers", "_modules")
