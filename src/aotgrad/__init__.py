@@ -3,15 +3,20 @@
 from . import compilers, partition
 from .api import aot_function
 from .backend import backend
+from .config import AotConfig
 from .dispatch import AotFunction
 from .errors import AotgradCompileError
 from .metadata import InputInfo, OutputInfo, OutputType, ViewAndMutationMetadata
 from .module import AOTModule, aot_module, aot_module_simplified
+from .signature import ForwardOutput, GraphSignature
 
 __all__ = [
     "AOTModule",
+    "AotConfig",
     "AotFunction",
     "AotgradCompileError",
+    "ForwardOutput",
+    "GraphSignature",
     "InputInfo",
     "OutputInfo",
     "OutputType",
