@@ -50,25 +50,24 @@ def regenerate_alias(base: torch.Tensor, info: OutputInfo) -> torch.Tensor:
     requires_grad is made to match eager's: a view that does not require grad of a base
     that does is replayed under no_grad (as the eager view was made without autograd).
     """
-    hide = base.requires_grad and (not info.requires_grad or info.no_grad_view)
+    if not (base.requires_grad and (not info.requires_grad or info.no_grad_view)):
+        return _view_of(base, info)
     prev = torch.is_grad_enabled()
-    if hide:
-        _set_grad_enabled(False)
+    _set_grad_enabled(False)
     try:
-        out = None
-        if info.view_source is not None:
-            out = functionalization.apply_view_meta_sequence(base, info.view_source)
-            if out.shape != info.size or out.dtype != info.dtype:
-                out = None
-        if out is None:
-            b = base
-            if b.dtype != info.dtype:
-                b = b.view(info.dtype) if b.dim() else b.view(-1).view(info.dtype)
-            out = b.as_strided(info.size, info.stride, info.storage_offset)
+        return _view_of(base, info)
     finally:
-        if hide:
-            _set_grad_enabled(prev)
-    return out
+        _set_grad_enabled(prev)
+
+
+def _view_of(base: torch.Tensor, info: OutputInfo) -> torch.Tensor:
+    if info.view_source is not None:
+        out = functionalization.apply_view_meta_sequence(base, info.view_source)
+        if out.shape == info.size and out.dtype == info.dtype:
+            return out
+    if base.dtype != info.dtype:
+        base = base.view(info.dtype) if base.dim() else base.view(-1).view(info.dtype)
+    return base.as_strided(info.size, info.stride, info.storage_offset)
 
 
 class OutputBuilder:
@@ -101,9 +100,9 @@ class OutputBuilder:
             else:
                 plan.append(("alias_fw", first_base + o.base_index, o))
         self.plan = tuple(plan)
-        self.alias_order = tuple(
-            j for j, (kind, _, _) in enumerate(plan) if kind not in ("out", "input", "const")
-        )
+        #: (user-output index, kind, index, info): outputs taken as they are, then aliases
+        self.direct = tuple((j, *p) for j, p in enumerate(plan) if p[0] in ("out", "input", "const"))
+        self.aliases = tuple((j, *p) for j, p in enumerate(plan) if p[0] not in ("out", "input", "const"))
         self.user_slice = signature.user_output_slice
         #: outputs are exactly a slice of the forward outputs
         self.is_slice = all(k == "out" for k, _, _ in plan)
@@ -121,19 +120,19 @@ class OutputBuilder:
             return self.pack(fw_outs[self.user_slice])
         result: list[Any] = [None] * len(self.plan)
         # Direct outputs first: an alias may name a user output that comes after it.
-        for j, (kind, idx, info) in enumerate(self.plan):
+        for j, kind, idx, info in self.direct:
             if kind == "out":
                 result[j] = fw_outs[idx]
             elif kind == "input":
                 result[j] = call_inputs[idx]
-            elif kind == "const":
+            else:
                 result[j] = info
-        for j in self.alias_order:
-            kind, idx, info = self.plan[j]
-            if kind == "alias_input":
+        for j, kind, idx, info in self.aliases:
+            if kind == "alias_fw":
+                base = fw_outs[idx]
+                result[j] = regenerate_alias(base.tensor if type(base) is TensorAlias else base, info)
+            elif kind == "alias_input":
                 result[j] = regenerate_alias(call_inputs[idx], info)
-            elif kind == "alias_fw":
-                result[j] = regenerate_alias(_unwrap(fw_outs[idx]), info)
             elif kind == "alias_user":
                 result[j] = regenerate_alias(result[idx], info)
             else:
