@@ -40,10 +40,9 @@ import networkx as nx
 import torch
 from torch import fx
 from torch.fx.experimental.symbolic_shapes import optimization_hint
-from torch.utils import _pytree as pytree
 
 from .effects import is_effectful
-from .signature import is_tangent
+from .signature import graph_outputs, is_tangent
 
 __all__ = [
     "REDUCTION_RECOMPUTE_MAX_NUMEL",
@@ -81,7 +80,7 @@ def _split_joint(joint_module: fx.GraphModule, num_fwd_outputs: int) -> _Joint:
     placeholders = graph.find_nodes(op="placeholder")
     tangents = [n for n in placeholders if is_tangent(n)]
     primals = [n for n in placeholders if not is_tangent(n)]
-    flat = _output_values(joint_module)
+    flat = graph_outputs(joint_module)
     if num_fwd_outputs > len(flat):
         raise ValueError(
             f"num_fwd_outputs={num_fwd_outputs} but the joint graph has only {len(flat)} outputs"
@@ -112,12 +111,6 @@ def tag_forward_nodes(joint_module: fx.GraphModule, num_fwd_outputs: int) -> Non
     for node in joint_module.graph.nodes:
         if node.op not in ("placeholder", "output"):
             node.meta["partitioner_tag"] = "is_forward" if node in forward else "is_backward"
-
-
-def _output_values(module: fx.GraphModule) -> list[Any]:
-    """The flattened values a graph's output node returns (None kept)."""
-    (output,) = module.graph.find_nodes(op="output")
-    return pytree.tree_leaves(output.args, is_leaf=lambda x: x is None)
 
 
 def _nodes(values: Iterable[Any]) -> list[fx.Node]:
@@ -576,7 +569,7 @@ def saved_bytes(fw_module: fx.GraphModule, num_fwd_outputs: int | None = None) -
         num_fwd_outputs = fw_module.meta["num_fwd_outputs"]
     values: list[SavedValue] = []
     seen: set[fx.Node] = set()
-    for node in _nodes(_output_values(fw_module)[num_fwd_outputs:]):
+    for node in _nodes(graph_outputs(fw_module)[num_fwd_outputs:]):
         if node in seen:
             continue
         seen.add(node)
@@ -599,7 +592,7 @@ def saved_values(fw_module: fx.GraphModule, num_fwd_outputs: int) -> tuple[list[
     """(saved tensors, saved symints) of a partitioned forward: its outputs from index
     ``num_fwd_outputs`` on, tensors first (the partitioner contract). Works for a module
     partitioned elsewhere (torch's), which records no counts in ``meta``."""
-    saved = _output_values(fw_module)[num_fwd_outputs:]
+    saved = graph_outputs(fw_module)[num_fwd_outputs:]
     symints = [n for n in saved if isinstance(n, fx.Node) and _is_sym(n)]
     tensors = saved[: len(saved) - len(symints)]
     if symints != saved[len(tensors):]:
@@ -622,5 +615,5 @@ def grad_tangent_dependencies(bw_module: fx.GraphModule) -> tuple[frozenset[int]
                 acc |= deps.get(a, frozenset())
             deps[n] = acc
     return tuple(
-        deps.get(g, frozenset()) if isinstance(g, fx.Node) else frozenset() for g in _output_values(bw_module)
+        deps.get(g, frozenset()) if isinstance(g, fx.Node) else frozenset() for g in graph_outputs(bw_module)
     )

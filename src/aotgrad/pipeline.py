@@ -27,7 +27,7 @@ from .frontend import EntryGuard, InputLayout, layout_for
 from .metadata import OutputType, ViewAndMutationMetadata
 from .partition import grad_tangent_dependencies, saved_values, tag_forward_nodes
 from .runtime import BackwardSpec, CompiledRuntime
-from .signature import GraphSignature
+from .signature import GraphSignature, graph_outputs
 from .tracing import trace_inference, trace_joint
 
 __all__ = ["CompiledEntry", "compile_entry"]
@@ -237,8 +237,7 @@ def _view_outputs(gm: torch.fx.GraphModule, md: ViewAndMutationMetadata, signatu
     differs and, in training, an in-place op on the output hits autograd's "view created
     inside a custom Function" error.
     """
-    (out,) = gm.graph.find_nodes(op="output")
-    outs = pytree.tree_leaves(out.args)
+    outs = graph_outputs(gm)
     candidates = [
         signature.user_output_positions[j]
         for j in signature.user_outputs

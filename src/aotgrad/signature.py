@@ -30,7 +30,7 @@ import torch.utils._pytree as pytree
 
 from .metadata import OutputType, ViewAndMutationMetadata
 
-__all__ = ["ForwardOutput", "GraphSignature", "is_tangent", "mark_tangents"]
+__all__ = ["ForwardOutput", "GraphSignature", "graph_outputs", "is_tangent", "mark_tangents"]
 
 #: node.meta key of a joint-graph placeholder: "primal" or "tangent"
 JOINT_INPUT_KIND = "aotgrad_joint_input"
@@ -226,7 +226,7 @@ class GraphSignature:
     def check_forward_graph(self, gm: torch.fx.GraphModule, *, saved: bool) -> None:
         """Raise when a forward (``saved``: partitioned) or inference graph returns another
         number of values than this signature says."""
-        n = len(_output_values(gm))
+        n = len(graph_outputs(gm))
         expected = self.num_forward_graph_outputs if saved else self.num_forward_outputs
         if n != expected:
             raise AssertionError(f"aotgrad internal error: the forward graph returns {n} values, the signature {expected}\n{self!r}")
@@ -239,7 +239,7 @@ class GraphSignature:
                 f"aotgrad internal error: the backward graph takes {len(placeholders)} inputs, "
                 f"the signature {self.num_backward_inputs}\n{self!r}"
             )
-        n = len(_output_values(gm))
+        n = len(graph_outputs(gm))
         if n != self.num_graph_inputs:
             raise AssertionError(
                 f"aotgrad internal error: the backward graph returns {n} gradients for "
@@ -270,7 +270,7 @@ class GraphSignature:
         return "\n".join(lines)
 
 
-def _output_values(gm: torch.fx.GraphModule) -> list[Any]:
+def graph_outputs(gm: torch.fx.GraphModule) -> list[Any]:
     """The flattened values a graph's output node returns (None kept)."""
     (out,) = gm.graph.find_nodes(op="output")
     return pytree.tree_leaves(out.args, is_leaf=lambda x: x is None)
