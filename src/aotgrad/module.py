@@ -1,9 +1,9 @@
 """Compiling ``nn.Module``s: :func:`aot_module` and :func:`aot_module_simplified`.
 
-Both are thin layers over aot_function's :class:`~aotgrad.dispatch.AotFunction`. A module's
-parameters and buffers become the leading inputs of a pure function of ``(*state, *user_args)``; inside that
-function the module's tensors are temporarily swapped for the traced inputs and the module is
-called as usual. So:
+Both are thin layers over aot_function's :class:`~aotgrad.dispatch.AotFunction`. A
+module's parameters and buffers become the leading inputs of a pure function of
+``(*state, *user_args)``; inside that function the module's tensors are temporarily swapped
+for the traced inputs and the module is called as usual. So:
 
 * parameters and buffers are read **at call time**, never captured at compile time: an
   optimizer step, ``load_state_dict`` or ``module.weight = nn.Parameter(...)`` is seen by
