@@ -129,8 +129,7 @@ class OutputBuilder:
                 result[j] = info
         for j, kind, idx, info in self.aliases:
             if kind == "alias_fw":
-                base = fw_outs[idx]
-                result[j] = regenerate_alias(base.tensor if type(base) is TensorAlias else base, info)
+                result[j] = regenerate_alias(_unwrap(fw_outs[idx]), info)
             elif kind == "alias_input":
                 result[j] = regenerate_alias(call_inputs[idx], info)
             elif kind == "alias_user":

@@ -72,10 +72,6 @@ class ForwardOutput(enum.Enum):
     saved_symint = "saved_symint"
 
 
-def _is_differentiable(dtype: torch.dtype | None) -> bool:
-    return dtype is not None and (dtype.is_floating_point or dtype.is_complex)
-
-
 @dataclass(frozen=True)
 class GraphSignature:
     """The positions of every value among the forward's outputs and the backward's inputs.
@@ -125,8 +121,8 @@ class GraphSignature:
                 f"{len(wants_tangent)} forward outputs"
             )
         tangents = tuple(
-            p for p, (wanted, dtype) in enumerate(zip(wants_tangent, forward_output_dtypes, strict=True))
-            if wanted and _is_differentiable(dtype)
+            p for p, (wanted, dtype) in enumerate(zip(wants_tangent, forward_output_dtypes))
+            if wanted and (dtype.is_floating_point or dtype.is_complex)
         )
         return replace(self, tangents=tangents)
 
