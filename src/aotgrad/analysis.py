@@ -236,7 +236,7 @@ def analyze(
     mode = FunctionalTensorMode()
     with fake_mode, mode:
         f_inputs = [to_functional(t) for t in fake_inputs]
-    grad_fns_before = [f.grad_fn for f in f_inputs]
+    grad_fns_before = [getattr(f, "grad_fn", None) for f in f_inputs]
     try:
         with contextlib.ExitStack() as stack:
             stack.enter_context(fake_mode)
@@ -244,7 +244,10 @@ def analyze(
             stack.enter_context(torch.set_grad_enabled(grad_enabled))
             stack.enter_context(mode)
             stack.enter_context(
-                _EagerChecks(frozenset(id(f) for f, t in zip(f_inputs, fake_inputs) if t.is_leaf and t.requires_grad))
+                _EagerChecks(frozenset(
+                    id(f) for f, t in zip(f_inputs, fake_inputs)
+                    if isinstance(t, torch.Tensor) and t.is_leaf and t.requires_grad
+                ))
             )
             stack.enter_context(EagerRewrites())
             out_leaves, out_spec = program(*f_inputs)
@@ -258,6 +261,9 @@ def analyze(
     input_info = []
     input_storages: dict[StorageWeakRef, int] = {}
     for i, (f, fake) in enumerate(zip(f_inputs, fake_inputs)):
+        if not isinstance(fake, torch.Tensor):  # a SymInt input: nothing to mutate
+            input_info.append(InputInfo(False, False, False, requires_grad=False, is_leaf=True))
+            continue
         torch._sync(f)
         data = torch._functionalize_has_data_mutation(f.elem)
         meta = torch._functionalize_has_metadata_mutation(f.elem)
@@ -290,7 +296,7 @@ def analyze(
     base_index_of: dict[int, int] = {}  # id(intermediate base) -> base index
     base_sources: list[int] = []
     base_requires_grad: list[bool] = []
-    f_input_ids = {id(f) for f in f_inputs}
+    f_input_ids = {id(f) for f in f_inputs if isinstance(f, torch.Tensor)}
     for j, o in enumerate(out_leaves):
         # Found before classifying, so a view may name a user output returned after it.
         if (
@@ -342,7 +348,7 @@ def analyze(
             continue
         seen_outputs[id(o)] = j
         storage = StorageWeakRef(o.untyped_storage())
-        input_idx = next((i for i, f in enumerate(f_inputs) if f is o), None)
+        input_idx = next((i for i, f in enumerate(f_inputs) if f is o and isinstance(f, torch.Tensor)), None)
         if input_idx is not None:
             output_info.append(OutputInfo(OutputType.is_input, call_input_index=input_idx, **common))
             continue

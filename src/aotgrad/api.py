@@ -43,15 +43,14 @@ def aot_function(
     ``keep_inference_input_mutations`` the inference graph keeps input data mutations as
     ``copy_`` ops instead of returning new values.
 
-    ``dynamic=True`` is accepted but does not trace symbolic shapes yet: graphs are
-    specialised to the call's shapes, and a call with other shapes compiles a new entry.
-    Results are the same; only the number of compilations differs (logged at INFO).
+    ``dynamic=True`` traces every tensor size and every int argument symbolically (equal
+    sizes share a symbol, and sizes 0 and 1 are specialised, as in torch's
+    ``aot_function(dynamic=True)``): one entry then serves every call whose sizes satisfy
+    the guards the trace recorded, and a call that violates them compiles a new entry
+    (the failing guard is logged at INFO). Without it, shapes are static, except the dims
+    marked with ``torch._dynamo.mark_dynamic`` (torch's ``aot_function`` ignores those
+    marks unless ``dynamic=True``; aotgrad honours them).
     """
-    if dynamic:
-        log.info(
-            "aotgrad: dynamic=True traces static shapes for now (one entry per input shape) for %s",
-            getattr(fn, "__name__", fn),
-        )
     config = AotConfig(
         fw_compiler, bw_compiler, partition_fn, decompositions,
         keep_inference_input_mutations, inference_compiler, dynamic,

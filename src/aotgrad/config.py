@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .partition import default_partition
+from .symbolic import SymbolicLeaves
 
 __all__ = ["AotConfig"]
 
@@ -31,9 +32,11 @@ class AotConfig:
     decompositions: dict | None = None
     keep_inference_input_mutations: bool = False
     inference_compiler: Callable | None = None
-    #: accepted for API compatibility; graphs are traced with static shapes either way (a
-    #: call with new shapes compiles a new entry), see :func:`aotgrad.aot_function`
+    #: trace every tensor size and int argument symbolically (see :func:`aotgrad.aot_function`)
     dynamic: bool = False
+    #: exactly which leaves of a call are symbolic, overriding ``dynamic``: what the
+    #: ``torch.compile`` backend reads off Dynamo's graph
+    symbolic_leaves: SymbolicLeaves | None = None
 
     def __post_init__(self) -> None:
         if not callable(self.fw_compiler):

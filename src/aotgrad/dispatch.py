@@ -55,9 +55,12 @@ class AotFunction:
         for entry in self.entries:
             if entry.guard.check_leaves(leaves, spec):
                 return entry(leaves)
+        if self.entries and log.isEnabledFor(logging.INFO):
+            log.info(
+                "aotgrad: recompiling %s (entry %d): %s", getattr(self.fn, "__name__", self.fn), len(self.entries),
+                "; ".join(f"entry {k}: {entry.guard.failure(leaves, spec)}" for k, entry in enumerate(self.entries)),
+            )
         entry = compile_entry(self.fn, leaves, spec, self.config)
-        if self.entries:
-            log.info("aotgrad: recompiling %s (entry %d)", getattr(self.fn, "__name__", self.fn), len(self.entries))
         self.entries.insert(0, entry)
         fast = entry.guard.fast_call(entry.run_flat)
         if fast is not None:

@@ -22,6 +22,7 @@ from torch._C._dynamo.guards import TensorGuards
 
 from .errors import AotgradCompileError
 from .metadata import ViewAndMutationMetadata
+from .symbolic import ShapeGuard, is_symbolic
 
 __all__ = ["MISS", "EntryGuard", "InputLayout", "flatten_call", "layout_for", "storage_groups"]
 
@@ -84,6 +85,8 @@ class InputLayout:
     (:mod:`aotgrad.aliasing`).
     ``is_flat``: the call was ``fn(*tensors)`` with no kwargs and no constants, so the
     positional args are the tensor leaves themselves.
+    ``symint_positions``: int leaves that are graph inputs (SymInts in a symbolic trace),
+    passed after the distinct tensors; the other ints are constants.
     """
 
     in_spec: pytree.TreeSpec
@@ -93,6 +96,7 @@ class InputLayout:
     distinct_of_tensor: tuple[int, ...]
     distinct_tensors: tuple[int, ...]
     is_flat: bool
+    symint_positions: tuple[int, ...] = ()
 
     @property
     def has_duplicates(self) -> bool:
@@ -114,21 +118,34 @@ class InputLayout:
             return tensors
         return [tensors[i] for i in self.distinct_tensors]
 
+    def call_inputs_of(self, leaves: list[Any]) -> list[Any]:
+        """The distinct tensors of a call, then its int graph inputs (``symint_positions``)."""
+        inputs = self.distinct_inputs_of(self.tensors_of(leaves))
+        if self.symint_positions:
+            return [*inputs, *(leaves[p] for p in self.symint_positions)]
+        return inputs
+
     def rebuild_call(self, distinct_inputs: list[Any]) -> tuple[tuple, dict]:
-        """Rebuild ``(args, kwargs)`` for the user function from distinct inputs and constants."""
+        """Rebuild ``(args, kwargs)`` for the user function from the call inputs
+        (:meth:`call_inputs_of`) and constants."""
         leaves: list[Any] = [None] * self.num_leaves
         for pos, g in zip(self.tensor_positions, self.distinct_of_tensor):
             leaves[pos] = distinct_inputs[g]
+        for k, pos in enumerate(self.symint_positions):
+            leaves[pos] = distinct_inputs[self.num_distinct + k]
         for pos, value in self.constants:
             leaves[pos] = value
         return pytree.tree_unflatten(leaves, self.in_spec)
 
 
-def layout_for(leaves: list[Any], spec: pytree.TreeSpec) -> InputLayout:
-    """Describe a call's leaves; raise a TypeError naming any leaf we cannot handle."""
+def layout_for(leaves: list[Any], spec: pytree.TreeSpec, symint_positions: frozenset[int] = frozenset()) -> InputLayout:
+    """Describe a call's leaves; raise a TypeError naming any leaf we cannot handle.
+    The int leaves at ``symint_positions`` become graph inputs instead of constants."""
     tensor_positions = []
     constants = []
     for i, leaf in enumerate(leaves):
+        if i in symint_positions and type(leaf) is int:
+            continue
         if isinstance(leaf, torch.Tensor):
             if leaf.layout is not torch.strided:
                 # Checked before anything looks at the tensor: guards and fake tensors
@@ -155,8 +172,9 @@ def layout_for(leaves: list[Any], spec: pytree.TreeSpec) -> InputLayout:
             first_by_id[ident] = len(distinct_tensors)
             distinct_tensors.append(k)
         distinct_of_tensor.append(first_by_id[ident])
+    symints = tuple(sorted(p for p in symint_positions if type(leaves[p]) is int))
     flat_spec = pytree.tree_flatten((tuple(leaves), {}))[1]
-    is_flat = not constants and spec == flat_spec
+    is_flat = not constants and not symints and spec == flat_spec
     return InputLayout(
         in_spec=spec,
         num_leaves=len(leaves),
@@ -165,6 +183,7 @@ def layout_for(leaves: list[Any], spec: pytree.TreeSpec) -> InputLayout:
         distinct_of_tensor=tuple(distinct_of_tensor),
         distinct_tensors=tuple(distinct_tensors),
         is_flat=is_flat,
+        symint_positions=symints,
     )
 
 
@@ -188,6 +207,8 @@ class EntryGuard:
         leafness: dict[int, tuple[bool, bool]] | None = None,
         mutated_leaves: tuple[int, ...] | None = None,
         aliasing_check: Callable[[list[torch.Tensor]], bool] | None = None,
+        symbolic_sizes: list[tuple[list[int | None], list[int | None]]] | None = None,
+        shape_guard: ShapeGuard | None = None,
     ) -> None:
         self.layout = layout
         self.grad_enabled = grad_enabled
@@ -197,11 +218,16 @@ class EntryGuard:
         #: picks the distinct tensors out of a call's tensor leaves (None: all are distinct)
         self._pick_distinct = _picker(layout.distinct_tensors) if layout.has_duplicates else None
         guarded = [tensors[k] for k in layout.distinct_tensors]
+        # A symbolic size or stride is None here (not checked in C++): the shape guard
+        # checks what the trace assumed of it.
+        if symbolic_sizes is None:
+            symbolic_sizes = [(list(t.size()), list(t.stride())) for t in guarded]
         self._tensor_guards = TensorGuards(
             *guarded,
-            dynamic_dims_sizes=[list(t.size()) for t in guarded],
-            dynamic_dims_strides=[list(t.stride()) for t in guarded],
+            dynamic_dims_sizes=[sizes for sizes, _ in symbolic_sizes],
+            dynamic_dims_strides=[strides for _, strides in symbolic_sizes],
         )
+        self.shape_guard = shape_guard
         self._constant_keys = tuple((pos, _constant_key(v)) for pos, v in layout.constants)
         self._duplicate_pairs = tuple(
             (layout.distinct_tensors[g], k)
@@ -234,10 +260,14 @@ class EntryGuard:
         grad_enabled: bool,
         call_metadata: ViewAndMutationMetadata,
         aliasing_check: Callable[[list[torch.Tensor]], bool] | None = None,
+        fake_inputs: list[Any] | None = None,
+        shape_guard: ShapeGuard | None = None,
     ) -> EntryGuard:
         """The guard of an entry compiled for this call: ``call_metadata`` is the analysis
         with the call's distinct inputs taken one by one (what the guard speaks of);
         ``aliasing_check`` is the synthetic bases' layout check, if the entry has any.
+        A symbolic trace gives its ``fake_inputs`` (sizes the trace left symbolic are not
+        checked one by one) and its ``shape_guard`` (what the trace assumed of them).
 
         Storage sharing is checked when the entry mutates some input's data (a mutation of
         one alias changes the others), and the leafness of every mutated input (it decides
@@ -255,6 +285,12 @@ class EntryGuard:
             },
             mutated_leaves=tuple(k for k, g in enumerate(layout.distinct_of_tensor) if g in data_mutated),
             aliasing_check=aliasing_check,
+            symbolic_sizes=None if shape_guard is None else [
+                ([None if is_symbolic(x) else int(x) for x in f.size()],
+                 [None if is_symbolic(x) else int(x) for x in f.stride()])
+                for f in fake_inputs[: layout.num_distinct]
+            ],
+            shape_guard=shape_guard,
         )
 
     def fast_call(self, run: Callable[[tuple], Any]) -> Callable[[tuple], Any] | None:
@@ -272,6 +308,13 @@ class EntryGuard:
         # False for a non-tensor where a tensor was: no separate length check.
         tensor_check = self._tensor_guards.check
         pick = self._pick_distinct
+        shape_check = None if self.shape_guard is None else self.shape_guard.check
+        if shape_check is not None and pick is not None:
+            shape_guard_check = shape_check
+
+            def shape_check(*args: Any) -> bool:
+                return shape_guard_check(*pick(args))
+
         if pick is not None:
             n = self.layout.num_leaves
             guards_check = tensor_check
@@ -287,6 +330,8 @@ class EntryGuard:
                 if not tensor_check(*args):
                     return miss
             except TypeError:
+                return miss
+            if shape_check is not None and not shape_check(*args):
                 return miss
             if relations is not None and not relations(args):
                 return miss
@@ -344,22 +389,43 @@ class EntryGuard:
         layout = self.layout
         if torch.is_grad_enabled() is not self.grad_enabled or spec != layout.in_spec:
             return False
+        return self.failure(leaves, spec) is None
+
+    def failure(self, leaves: list[Any], spec: pytree.TreeSpec) -> str | None:
+        """Why a call with these flattened leaves and spec may not reuse the entry (the
+        first check that fails, in words), or None when it may."""
+        layout = self.layout
+        if torch.is_grad_enabled() is not self.grad_enabled:
+            return f"grad mode is {torch.is_grad_enabled()}, the entry's {self.grad_enabled}"
+        if spec != layout.in_spec:
+            return "the arguments' structure (pytree spec) differs"
         for pos, key in self._constant_keys:
             if _constant_key(leaves[pos]) != key:
-                return False
+                return f"non-tensor argument (leaf {pos}) is {leaves[pos]!r}, the entry's {key[1]!r}"
+        for pos in layout.symint_positions:
+            if type(leaves[pos]) is not int:
+                return f"leaf {pos} is a {type(leaves[pos]).__name__}, the entry's an int"
         tensors = layout.tensors_of(leaves)
+        guarded = tensors if self._pick_distinct is None else self._pick_distinct(tensors)
         try:
-            if not self._tensor_guards.check(*(tensors if self._pick_distinct is None else self._pick_distinct(tensors))):
-                return False
+            if not self._tensor_guards.check(*guarded):
+                names = [f"argument leaf {layout.tensor_positions[k]}" for k in layout.distinct_tensors]
+                return str(self._tensor_guards.check_verbose(*guarded, tensor_check_names=names))
         except TypeError:
-            return False
-        return not self._has_relations or self._relations(tensors)
+            return "the number of tensor arguments differs"
+        if self.shape_guard is not None:
+            call_inputs = layout.call_inputs_of(leaves)
+            if not self.shape_guard.check(*call_inputs):
+                return f"shape guard failed: {self.shape_guard.failure(call_inputs)}"
+        if self._has_relations and not self._relations(tensors):
+            return "leafness, identity or storage sharing of the inputs differs"
+        return None
 
     def describe(self) -> str:
         return (
             f"EntryGuard(grad_enabled={self.grad_enabled}, tensors={len(self.layout.tensor_positions)}, "
             f"constants={len(self._constant_keys)}, duplicates={len(self._duplicate_pairs)}, "
-            f"storage_checked={self._storage_groups is not None})"
+            f"storage_checked={self._storage_groups is not None}, shape_guard={self.shape_guard!r})"
         )
 
     __repr__ = describe

@@ -19,6 +19,7 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from .aliasing import InputAliasing, outputs_on_call_inputs, plan_input_aliasing
 from .analysis import Analysis, analyze, reject_inplace_on_leaves
@@ -28,6 +29,7 @@ from .metadata import OutputType, ViewAndMutationMetadata
 from .partition import grad_tangent_dependencies, saved_values, tag_forward_nodes
 from .runtime import BackwardSpec, CompiledRuntime
 from .signature import GraphSignature, graph_outputs
+from .symbolic import ShapeGuard, SymbolicLeaves, fake_graph_inputs, plan_symbolic
 from .tracing import trace_inference, trace_joint
 
 __all__ = ["CompiledEntry", "compile_entry"]
@@ -52,8 +54,7 @@ class CompiledEntry:
     compile_seconds: float = 0.0
 
     def __call__(self, leaves: list[Any]) -> Any:
-        tensors = self.layout.tensors_of(leaves)
-        return self.runtime.run(self.layout.distinct_inputs_of(tensors))
+        return self.runtime.run(self.layout.call_inputs_of(leaves))
 
     @property
     def signature(self) -> GraphSignature:
@@ -108,16 +109,53 @@ class _AnalyzedCall:
     fake_mode: FakeTensorMode
 
 
-def _analyze_call(fn: Callable, layout: InputLayout, call_inputs: list[torch.Tensor], grad_enabled: bool) -> _AnalyzedCall:
+class _NeedsStaticTrace(Exception):
+    """A symbolic trace met what only a static one handles; the message says what."""
+
+
+def _fake_mode(symbolic: SymbolicLeaves | None) -> FakeTensorMode:
+    if symbolic is None:
+        return FakeTensorMode(allow_non_fake_inputs=True)
+    # Data-dependent sizes raise as in a static trace (the same error, naming the op).
+    shape_env = ShapeEnv(allow_scalar_outputs=False, allow_dynamic_output_shape_ops=False)
+    return FakeTensorMode(allow_non_fake_inputs=True, shape_env=shape_env)
+
+
+def _fake_call(layout: InputLayout, call_inputs: list[Any], symbolic: SymbolicLeaves | None, fake_mode: FakeTensorMode) -> list[Any]:
+    """Fake call inputs, with the sizes ``symbolic`` names symbolic."""
+    if symbolic is None:
+        return [fake_mode.from_tensor(t) for t in call_inputs]
+    distinct_of_leaf = {pos: layout.distinct_of_tensor[k] for k, pos in enumerate(layout.tensor_positions)}
+    dims: list[frozenset[int] | None] = [None] * layout.num_distinct
+    for pos, leaf_dims in symbolic.tensor_dims:
+        if pos in distinct_of_leaf:
+            g = distinct_of_leaf[pos]
+            dims[g] = (dims[g] or frozenset()) | leaf_dims
+    same_as = dict(symbolic.ints)
+    ints = []
+    for k, pos in enumerate(layout.symint_positions):
+        leaf_dim = same_as.get(pos)
+        if leaf_dim is not None and leaf_dim[0] in distinct_of_leaf:
+            ints.append((call_inputs[layout.num_distinct + k], (distinct_of_leaf[leaf_dim[0]], leaf_dim[1])))
+        else:
+            ints.append((call_inputs[layout.num_distinct + k], None))
+    return fake_graph_inputs(call_inputs[: layout.num_distinct], dims, ints, fake_mode, symbolic.duck)
+
+
+def _analyze_call(
+    fn: Callable, layout: InputLayout, call_inputs: list[Any], grad_enabled: bool, symbolic: SymbolicLeaves | None
+) -> _AnalyzedCall:
     """Analysis, then synthetic bases (and a second analysis over them) where needed."""
-    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
-    fake_call = [fake_mode.from_tensor(t) for t in call_inputs]
+    fake_mode = _fake_mode(symbolic)
+    fake_call = _fake_call(layout, call_inputs, symbolic, fake_mode)
     program = _program(fn, layout)
     call_analysis = analyze(program, fake_call, fake_mode, grad_enabled=grad_enabled)
     reject_inplace_on_leaves(call_inputs, call_analysis.metadata)
     input_aliasing = plan_input_aliasing(call_inputs, fake_call, call_analysis.metadata)
     if input_aliasing is None:
         return _AnalyzedCall(program, call_analysis, call_analysis, None, call_inputs, fake_call, fake_mode)
+    if symbolic is not None:
+        raise _NeedsStaticTrace("aliased inputs of which one is mutated need synthetic bases")
     log.debug("aotgrad: %r", input_aliasing)
     graph_inputs = input_aliasing.graph_inputs(call_inputs)
     fake_inputs = [fake_mode.from_tensor(t) for t in graph_inputs]
@@ -163,7 +201,7 @@ def _compile_training(call: _AnalyzedCall, config: AotConfig, graphs: dict) -> t
         grad_tangent_deps=grad_tangent_dependencies(bw_module),
     )
     runtime = CompiledRuntime(
-        md, signature, call.analysis.out_spec, _direct(fw_callable), backward, **_aliasing_runtime(call)
+        md, signature, call.analysis.out_spec, _direct(fw_callable), backward, **_runtime_context(call)
     )
     return runtime, joint.graph
 
@@ -182,15 +220,15 @@ def _compile_inference(call: _AnalyzedCall, config: AotConfig, graphs: dict, gra
     )
     graphs["inference"] = gm
     with call.fake_mode:
-        example = [t.detach() for t in call.fake_inputs]
+        example = [t.detach() if isinstance(t, torch.Tensor) else t for t in call.fake_inputs]
     fw_callable = _detaching(config.inference_compiler(gm, example), _view_outputs(gm, md, signature))
-    return CompiledRuntime(md, signature, call.analysis.out_spec, _direct(fw_callable), None, **_aliasing_runtime(call))
+    return CompiledRuntime(md, signature, call.analysis.out_spec, _direct(fw_callable), None, **_runtime_context(call))
 
 
-def _aliasing_runtime(call: _AnalyzedCall) -> dict:
-    """The runtime's arguments for synthetic bases (none without them)."""
+def _runtime_context(call: _AnalyzedCall) -> dict:
+    """The runtime's arguments for symbolic sizes and synthetic bases (none without them)."""
     if call.input_aliasing is None:
-        return {}
+        return {"shape_env": call.fake_mode.shape_env}
     return {
         "graph_inputs_of": call.input_aliasing.graph_inputs,
         "member_metadata_writebacks": call.input_aliasing.member_metadata_writebacks(call.call_analysis.metadata),
@@ -198,15 +236,33 @@ def _aliasing_runtime(call: _AnalyzedCall) -> dict:
 
 
 def compile_entry(fn: Callable, leaves: list[Any], spec: pytree.TreeSpec, config: AotConfig) -> CompiledEntry:
-    """Compile ``fn`` for a call with these flattened leaves; nothing real is mutated."""
+    """Compile ``fn`` for a call with these flattened leaves; nothing real is mutated.
+
+    The sizes :func:`~aotgrad.symbolic.plan_symbolic` names are traced symbolically (the
+    entry then serves every call its shape guard admits), unless the program needs what
+    only a static trace handles; then the entry is static, which is logged at INFO.
+    """
     start = time.perf_counter()
-    layout = layout_for(leaves, spec)
+    symbolic = plan_symbolic(leaves, config.dynamic, config.symbolic_leaves)
+    if symbolic is not None:
+        try:
+            return _compile_entry(fn, leaves, spec, config, symbolic, start)
+        except _NeedsStaticTrace as why:
+            log.info("aotgrad: %s traced with static shapes: %s", getattr(fn, "__name__", fn), why)
+    return _compile_entry(fn, leaves, spec, config, None, start)
+
+
+def _compile_entry(
+    fn: Callable, leaves: list[Any], spec: pytree.TreeSpec, config: AotConfig,
+    symbolic: SymbolicLeaves | None, start: float,
+) -> CompiledEntry:
+    layout = layout_for(leaves, spec, symbolic.int_positions if symbolic is not None else frozenset())
     tensors = layout.tensors_of(leaves)
-    call_inputs = layout.distinct_inputs_of(tensors)
+    call_inputs = layout.call_inputs_of(leaves)
     grad_enabled = torch.is_grad_enabled()
-    call = _analyze_call(fn, layout, call_inputs, grad_enabled)
+    call = _analyze_call(fn, layout, call_inputs, grad_enabled, symbolic)
     md = call.analysis.metadata
-    training = grad_enabled and any(t.requires_grad for t in call.graph_inputs)
+    training = grad_enabled and any(isinstance(t, torch.Tensor) and t.requires_grad for t in call.graph_inputs)
     log.debug(
         "aotgrad: compiling %s entry for %s\n%r", "training" if training else "inference",
         getattr(fn, "__name__", fn), md,
@@ -218,9 +274,11 @@ def compile_entry(fn: Callable, leaves: list[Any], spec: pytree.TreeSpec, config
     else:
         runtime = _compile_inference(call, config, graphs, grad_enabled)
 
+    shape_guard = None if symbolic is None else ShapeGuard.of_trace(call.fake_mode.shape_env, call.fake_inputs)
     guard = EntryGuard.for_entry(
         layout, tensors, grad_enabled, call.call_analysis.metadata,
         None if call.input_aliasing is None else call.input_aliasing.matches,
+        fake_inputs=call.fake_inputs, shape_guard=shape_guard,
     )
     entry = CompiledEntry(guard, layout, md, runtime, training, graphs, joint_gm, call.input_aliasing)
     entry.compile_seconds = time.perf_counter() - start

@@ -20,9 +20,11 @@ from typing import Any
 import torch
 import torch._C._functionalization as functionalization
 import torch.utils._pytree as pytree
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from .metadata import OutputInfo, OutputType, ViewAndMutationMetadata
 from .signature import GraphSignature
+from .symbolic import is_symbolic, size_function
 
 __all__ = ["BackwardSpec", "CompiledRuntime", "OutputBuilder", "TensorAlias", "regenerate_alias"]
 
@@ -44,30 +46,33 @@ class TensorAlias:
         return f"TensorAlias(shape={tuple(self.tensor.shape)})"
 
 
-def regenerate_alias(base: torch.Tensor, info: OutputInfo) -> torch.Tensor:
+def regenerate_alias(base: torch.Tensor, info: OutputInfo, geometry: tuple | None = None) -> torch.Tensor:
     """Rebuild an aliased output off ``base``: replay its view chain, else ``as_strided``.
 
+    ``geometry``: the output's (size, stride, storage_offset) on this call, where the
+    entry's are symbolic (``info`` has them otherwise).
     requires_grad is made to match eager's: a view that does not require grad of a base
     that does is replayed under no_grad (as the eager view was made without autograd).
     """
     if not (base.requires_grad and (not info.requires_grad or info.no_grad_view)):
-        return _view_of(base, info)
+        return _view_of(base, info, geometry)
     prev = torch.is_grad_enabled()
     _set_grad_enabled(False)
     try:
-        return _view_of(base, info)
+        return _view_of(base, info, geometry)
     finally:
         _set_grad_enabled(prev)
 
 
-def _view_of(base: torch.Tensor, info: OutputInfo) -> torch.Tensor:
+def _view_of(base: torch.Tensor, info: OutputInfo, geometry: tuple | None) -> torch.Tensor:
+    size, stride, offset = (info.size, info.stride, info.storage_offset) if geometry is None else geometry
     if info.view_source is not None:
         out = functionalization.apply_view_meta_sequence(base, info.view_source)
-        if out.shape == info.size and out.dtype == info.dtype:
+        if out.shape == size and out.dtype == info.dtype:
             return out
     if base.dtype != info.dtype:
         base = base.view(info.dtype) if base.dim() else base.view(-1).view(info.dtype)
-    return base.as_strided(info.size, info.stride, info.storage_offset)
+    return base.as_strided(size, stride, offset)
 
 
 class OutputBuilder:
@@ -114,8 +119,17 @@ class OutputBuilder:
         else:
             self.pack = lambda r: pytree.tree_unflatten(r, out_spec)
 
-    def __call__(self, fw_outs: Any, call_inputs: Any) -> Any:
-        """The user outputs; ``input``/``alias_input`` index the caller's distinct inputs."""
+    def symbolic_geometry(self) -> tuple:
+        """Each alias's (size, stride, storage_offset), in :attr:`aliases` order (None for
+        a duplicate): what a symbolic entry evaluates on every call."""
+        return tuple(
+            None if info is None else (info.size, info.stride, info.storage_offset)
+            for _, _, _, info in self.aliases
+        )
+
+    def __call__(self, fw_outs: Any, call_inputs: Any, geometry: tuple | None = None) -> Any:
+        """The user outputs; ``input``/``alias_input`` index the caller's distinct inputs;
+        ``geometry``: :meth:`symbolic_geometry` evaluated on this call (symbolic entries)."""
         if self.is_slice:
             return self.pack(fw_outs[self.user_slice])
         result: list[Any] = [None] * len(self.plan)
@@ -127,13 +141,14 @@ class OutputBuilder:
                 result[j] = call_inputs[idx]
             else:
                 result[j] = info
-        for j, kind, idx, info in self.aliases:
+        for k, (j, kind, idx, info) in enumerate(self.aliases):
+            where = None if geometry is None else geometry[k]
             if kind == "alias_fw":
-                result[j] = regenerate_alias(_unwrap(fw_outs[idx]), info)
+                result[j] = regenerate_alias(_unwrap(fw_outs[idx]), info, where)
             elif kind == "alias_input":
-                result[j] = regenerate_alias(call_inputs[idx], info)
+                result[j] = regenerate_alias(call_inputs[idx], info, where)
             elif kind == "alias_user":
-                result[j] = regenerate_alias(result[idx], info)
+                result[j] = regenerate_alias(result[idx], info, where)
             else:
                 result[j] = result[idx]
         return self.pack(result)
@@ -178,14 +193,16 @@ def replay_metadata(real: torch.Tensor, new_view: tuple) -> None:
         real.as_strided_(*new_view)
 
 
-def apply_writebacks(writebacks: tuple[Writeback, ...], fw_outs: Any, graph_inputs: Any) -> None:
+def apply_writebacks(
+    writebacks: tuple[Writeback, ...], fw_outs: Any, graph_inputs: Any, new_views: tuple | None = None
+) -> None:
     """Write mutated inputs' new values back into the caller's tensors.
 
     Data first, in the input's original geometry (the graph returns it that way), then the
-    new size/stride/offset, which are static (from analysis): a compiler need not return a
-    view for them.
+    new size/stride/offset, known from analysis (``new_views``, one per write back, when
+    they are symbolic): a compiler need not return a view for them.
     """
-    for w in writebacks:
+    for k, w in enumerate(writebacks):
         real = graph_inputs[w.input_index]
         if w.data:
             new = _unwrap(fw_outs[w.position])
@@ -199,7 +216,7 @@ def apply_writebacks(writebacks: tuple[Writeback, ...], fw_outs: Any, graph_inpu
                 finally:
                     _set_grad_enabled(prev)
         if w.metadata:
-            replay_metadata(real, w.new_view)
+            replay_metadata(real, w.new_view if new_views is None else new_views[k])
 
 
 @dataclass(frozen=True)
@@ -233,10 +250,15 @@ def _make_function(
     to_clone = spec.saved_inputs_to_clone
     grad_tangent_deps = spec.grad_tangent_deps
 
+    # A symbolic entry's tangent shapes are read off each call's forward outputs.
+    symbolic_tangents = any(is_symbolic(shape) for shape, _, _ in tangent_meta)
+
     class CompiledFunction(torch.autograd.Function):
         @staticmethod
         def forward(ctx, *args):  # type: ignore[override]
             outs = fw_callable(*args)
+            if symbolic_tangents:
+                ctx.tangent_shapes = [outs[p].shape for p in tangent_positions]
             saved = list(outs[saved_tensors]) if to_clone else outs[saved_tensors]
             for k in to_clone:
                 saved[k] = saved[k].clone()
@@ -257,7 +279,7 @@ def _make_function(
             for k, (p, (shape, dtype, device)) in enumerate(zip(tangent_positions, tangent_meta)):
                 g = grad_outputs[p]
                 if g is None:
-                    g = torch.zeros(shape, dtype=dtype, device=device)
+                    g = torch.zeros(ctx.tangent_shapes[k] if symbolic_tangents else shape, dtype=dtype, device=device)
                     missing.append(k)
                 elif not g.is_contiguous():
                     g = g.contiguous()
@@ -309,6 +331,7 @@ class CompiledRuntime:
         backward: BackwardSpec | None,
         graph_inputs_of: Callable[[Any], list] | None = None,
         member_metadata_writebacks: tuple[tuple[int, tuple], ...] = (),
+        shape_env: ShapeEnv | None = None,
     ) -> None:
         self.metadata = metadata
         self.signature = signature
@@ -320,6 +343,12 @@ class CompiledRuntime:
         self.training = backward is not None
         self.writebacks = _writebacks(metadata, signature)
         self.outputs = OutputBuilder(metadata, out_spec, signature)
+        #: a symbolic entry's ``(alias geometries, new views)`` on a call (None: static)
+        self.sizes_of: Callable[..., tuple] | None = None
+        if shape_env is not None:
+            sizes = (self.outputs.symbolic_geometry(), tuple(w.new_view for w in self.writebacks))
+            if is_symbolic(sizes):
+                self.sizes_of = size_function(sizes, shape_env, signature.num_graph_inputs)
         self._fw = fw_callable
         if backward is not None:
             # Outputs autograd must not see as views of the Function's inputs: metadata-only
@@ -344,6 +373,18 @@ class CompiledRuntime:
         outputs = self.outputs
         graph_inputs_of = self.graph_inputs_of
         member_metadata = self.member_metadata_writebacks
+        sizes_of = self.sizes_of
+        if sizes_of is not None:
+
+            def run_symbolic(graph_inputs: Any) -> Any:
+                # Evaluated first: the write backs change the inputs' sizes.
+                geometry, new_views = sizes_of(*graph_inputs)
+                fw_outs = forward(*graph_inputs)
+                if writebacks:
+                    apply_writebacks(writebacks, fw_outs, graph_inputs, new_views)
+                return outputs(fw_outs, graph_inputs, geometry)
+
+            return run_symbolic
         if graph_inputs_of is not None:
 
             def run_with_bases(call_inputs: Any) -> Any:

@@ -116,14 +116,13 @@ def trace_joint(
     """Trace ``joint(primals, tangents) -> [fw_outs, grads]`` under functionalization."""
     signature = analysis.signature
     forward = _functional_forward(program, analysis, protect_mutated_inputs=True)
-    with fake_mode:
-        primals = [t.detach().requires_grad_(t.requires_grad) for t in fake_inputs]
+    primals = _primals(fake_inputs, fake_mode)
 
     avals = analysis.forward_output_avals
     tangent_positions = signature.tangents
     with fake_mode:
         tangents = [torch.empty(avals[p][0], dtype=avals[p][1], device=avals[p][2]) for p in tangent_positions]
-    grad_inputs = tuple(i for i, t in enumerate(primals) if t.requires_grad)
+    grad_inputs = tuple(i for i, t in enumerate(primals) if isinstance(t, torch.Tensor) and t.requires_grad)
 
     def joint(primals: list, tangents: list) -> list:
         mode = FunctionalTensorMode()
@@ -143,8 +142,8 @@ def trace_joint(
                     grads[i] = g
         forward_mutated = set(signature.mutated_inputs)
         for i, f in enumerate(f_primals):
-            if i in forward_mutated:
-                continue  # the forward returns its new value
+            if i in forward_mutated or not isinstance(f, torch.Tensor):
+                continue  # the forward returns its new value; a SymInt input is no tensor
             torch._sync(f)
             if torch._functionalize_has_data_mutation(f.elem) or torch._functionalize_has_metadata_mutation(f.elem):
                 raise AotgradCompileError(
@@ -177,10 +176,9 @@ def trace_inference(
     returned = analysis.signature.mutated_input_slice
     mutated = analysis.signature.mutated_inputs
     kept = frozenset(mutated) - frozenset(signature.mutated_inputs)
-    with fake_mode:
-        # requires_grad kept: some ops decompose differently for inputs that require grad
-        # (matmul's folding), and the analysis ran with it.
-        primals = [t.detach().requires_grad_(t.requires_grad) for t in fake_inputs]
+    # requires_grad kept: some ops decompose differently for inputs that require grad
+    # (matmul's folding), and the analysis ran with it.
+    primals = _primals(fake_inputs, fake_mode)
 
     def inference(primals: list) -> list:
         mode = FunctionalTensorMode()
@@ -203,6 +201,15 @@ def trace_inference(
     gm.recompile()
     signature.check_forward_graph(gm, saved=False)
     return gm
+
+
+def _primals(fake_inputs: list[Any], fake_mode: FakeTensorMode) -> list[Any]:
+    """Fresh fake leaves standing for the graph inputs (SymInt inputs as they are)."""
+    with fake_mode:
+        return [
+            t.detach().requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) else t
+            for t in fake_inputs
+        ]
 
 
 def _keep_node(node: torch.fx.Node) -> bool:
