@@ -13,9 +13,50 @@ from typing import Any, Callable
 
 import torch
 import torch.utils._pytree as pytree
+from torch.overrides import TorchFunctionMode
 
 import aotgrad
 from aotgrad.compilers import nop
+
+
+#: "static" or "dynamic"; set by the ``shapes`` fixture (conftest.py). In dynamic mode
+#: :func:`check` compiles with ``dynamic=True`` and checks again on inputs of two other sizes,
+#: asserting that they compile no new entry.
+SHAPES = {"mode": "static"}
+
+_FACTORIES = {torch.randn, torch.rand, torch.zeros, torch.ones, torch.empty, torch.arange, torch.eye}
+
+
+class _Resized(TorchFunctionMode):
+    """Factory calls (``torch.randn(3, 4)``...) make tensors with every size ``v >= 2``
+    grown by ``k``: equal sizes stay equal, sizes 0 and 1 stay as they are."""
+
+    def __init__(self, k: int) -> None:
+        super().__init__()
+        self.k = k
+
+    def _grow(self, v: Any) -> Any:
+        if type(v) is int and v >= 2:
+            return v + self.k
+        if isinstance(v, (tuple, list, torch.Size)):
+            return type(v)(self._grow(x) for x in v) if not isinstance(v, torch.Size) else torch.Size(self._grow(x) for x in v)
+        return v
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _FACTORIES:
+            args = tuple(self._grow(a) for a in args)
+        return func(*args, **kwargs)
+
+
+def resized(make: Callable[[], Any], k: int) -> Callable[[], Any]:
+    """``make`` with the tensors it creates grown by ``k`` in every size of at least 2."""
+
+    def make_resized() -> Any:
+        with _Resized(k):
+            return make()
+
+    return make_resized
 
 
 def clone_inputs(make: Callable[[], Any]) -> Any:
@@ -84,13 +125,43 @@ def check(
     mutate_outputs: bool = True,
     compiled: Callable | None = None,
     grad_mode: bool = True,
+    specialises: bool = False,
 ) -> Callable:
-    """Assert that ``fn`` behaves the same eagerly and through aotgrad; return the compiled fn."""
+    """Assert that ``fn`` behaves the same eagerly and through aotgrad; return the compiled fn.
+
+    In dynamic mode (:data:`SHAPES`), also on inputs of two other sizes, through the same
+    compiled function, which must compile no new entry for them, unless ``specialises``
+    (the program's outputs depend on a size: ``unbind`` returns one tensor per row) or the
+    entry says why it is static (``CompiledEntry.static_reason``: synthetic bases).
+    """
+    if SHAPES["mode"] == "dynamic" and compiled is None:
+        compiled = aotgrad.aot_function(fn, nop, dynamic=True)
+        _check_once(fn, make_inputs, backward, mutate_outputs, compiled, grad_mode)
+        entries = len(compiled.entries)
+        for k in (1, 2):
+            try:
+                resized(make_inputs, k)()
+            except RuntimeError:
+                continue  # the inputs themselves are built for one size (x.view(2, 2))
+            eager_ok, _ = _check_once(fn, resized(make_inputs, k), backward, mutate_outputs, compiled, grad_mode)
+            static = [e.static_reason for e in compiled.entries if e.static_reason]
+            if eager_ok and not specialises and not static:
+                assert len(compiled.entries) == entries, (
+                    f"inputs grown by {k} compiled a new entry: "
+                    + "; ".join(e.guard.describe() for e in compiled.entries)
+                )
+        return compiled
+    return _check_once(fn, make_inputs, backward, mutate_outputs, compiled, grad_mode)[1]
+
+
+def _check_once(fn, make_inputs, backward, mutate_outputs, compiled, grad_mode) -> tuple[bool, Callable]:
+    """One eager-vs-compiled comparison: (False when eager raised and aotgrad did too, the
+    compiled function)."""
     with torch.set_grad_enabled(grad_mode):
         eager_in, comp_in, e_out, c_out, e_err, c_err, compiled = run_both(fn, make_inputs, compiled)
     if e_err is not None:
         assert c_err is not None, f"eager raised {e_err!r} but aotgrad did not"
-        return compiled
+        return False, compiled
     if c_err is not None:
         raise AssertionError(f"aotgrad raised but eager did not: {c_err!r}") from c_err
 
@@ -110,7 +181,7 @@ def check(
         _check_backward(e_in_leaves, c_in_leaves, e_leaves, c_leaves)
     if mutate_outputs:
         _check_mutating_outputs(make_inputs, fn, compiled, grad_mode)
-    return compiled
+    return True, compiled
 
 
 def _check_backward(e_in, c_in, e_out, c_out) -> None:

@@ -10,6 +10,8 @@ from aotgrad.compilers import nop
 
 from eager_compare import check
 
+pytestmark = pytest.mark.usefixtures("shapes")
+
 MODES = ["grad_leaf_base", "grad_nonleaf_base", "no_grad"]
 
 

@@ -12,6 +12,8 @@ from aotgrad.compilers import nop
 
 from eager_compare import check
 
+pytestmark = pytest.mark.usefixtures("shapes")
+
 
 def rg(*shape, requires_grad=True):
     return torch.randn(*shape, requires_grad=requires_grad)
@@ -284,7 +286,8 @@ def test_input_metadata_mutation(op, requires_grad):
         return x * 2
 
     make = (lambda: (nonleaf(2, 2),)) if requires_grad else (lambda: (torch.randn(2, 2),))
-    check(f, make)
+    # as_strided_ to a constant geometry is only valid for the sizes it was written for
+    check(f, make, specialises="as_strided_" in op.__code__.co_names)
 
 
 def test_metadata_and_data_mutation():
@@ -322,12 +325,16 @@ ALIAS_OF_INPUT = {
 }
 
 
+#: programs whose number of outputs is a size: each size is its own entry
+SIZE_DEPENDENT_OUTPUTS = ("unbind", "split")
+
+
 @pytest.mark.parametrize("name", list(ALIAS_OF_INPUT))
 @pytest.mark.parametrize("kind", ["leaf", "nonleaf", "nograd"])
 def test_output_aliases_input(name, kind):
     fn = ALIAS_OF_INPUT[name]
     make = {"leaf": lambda: (rg(3, 3),), "nonleaf": lambda: (nonleaf(3, 3),), "nograd": lambda: (torch.randn(3, 3),)}[kind]
-    cf = check(fn, make)
+    cf = check(fn, make, specialises=name in SIZE_DEPENDENT_OUTPUTS)
     if kind != "nograd" and name not in ("identity", "input_twice", "mixed"):
         types = {o.output_type for o in cf.metadata.output_info}
         assert types <= {OutputType.alias_of_input}
@@ -368,7 +375,7 @@ ALIAS_OF_INTERMEDIATE = {
 @pytest.mark.parametrize("requires_grad", [True, False])
 def test_output_aliases_intermediate(name, requires_grad):
     fn = ALIAS_OF_INTERMEDIATE[name]
-    check(fn, lambda: (rg(3, 3, requires_grad=requires_grad),))
+    check(fn, lambda: (rg(3, 3, requires_grad=requires_grad),), specialises=name in SIZE_DEPENDENT_OUTPUTS)
 
 
 def test_mutate_alias_of_intermediate_then_backward():

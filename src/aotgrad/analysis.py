@@ -308,6 +308,10 @@ def analyze(
             user_output_of.setdefault(id(o), j)
     for j, o in enumerate(out_leaves):
         if not isinstance(o, torch.Tensor):
+            if isinstance(o, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+                # A size the program returns: the runtime evaluates it on each call.
+                output_info.append(OutputInfo(OutputType.non_tensor, False, constant=o))
+                continue
             if not isinstance(o, _CONSTANT_OUTPUT_TYPES):
                 raise AotgradCompileError(
                     f"aotgrad: output {j} has type {type(o).__name__}; outputs must be tensors "

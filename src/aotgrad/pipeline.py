@@ -52,6 +52,8 @@ class CompiledEntry:
     #: which call inputs were merged into synthetic bases (None: graph inputs = call inputs)
     input_aliasing: InputAliasing | None = None
     compile_seconds: float = 0.0
+    #: why sizes asked to be symbolic were traced static (None: they were not, or none were asked)
+    static_reason: str | None = None
 
     def __call__(self, leaves: list[Any]) -> Any:
         return self.runtime.run(self.layout.call_inputs_of(leaves))
@@ -151,7 +153,8 @@ def _analyze_call(
     program = _program(fn, layout)
     call_analysis = analyze(program, fake_call, fake_mode, grad_enabled=grad_enabled)
     reject_inplace_on_leaves(call_inputs, call_analysis.metadata)
-    input_aliasing = plan_input_aliasing(call_inputs, fake_call, call_analysis.metadata)
+    n = layout.num_distinct  # the SymInt inputs after the tensors alias nothing
+    input_aliasing = plan_input_aliasing(call_inputs[:n], fake_call[:n], call_analysis.metadata)
     if input_aliasing is None:
         return _AnalyzedCall(program, call_analysis, call_analysis, None, call_inputs, fake_call, fake_mode)
     if symbolic is not None:
@@ -249,6 +252,9 @@ def compile_entry(fn: Callable, leaves: list[Any], spec: pytree.TreeSpec, config
             return _compile_entry(fn, leaves, spec, config, symbolic, start)
         except _NeedsStaticTrace as why:
             log.info("aotgrad: %s traced with static shapes: %s", getattr(fn, "__name__", fn), why)
+            entry = _compile_entry(fn, leaves, spec, config, None, start)
+            entry.static_reason = str(why)
+            return entry
     return _compile_entry(fn, leaves, spec, config, None, start)
 
 

@@ -119,28 +119,35 @@ class OutputBuilder:
         else:
             self.pack = lambda r: pytree.tree_unflatten(r, out_spec)
 
-    def symbolic_geometry(self) -> tuple:
-        """Each alias's (size, stride, storage_offset), in :attr:`aliases` order (None for
-        a duplicate): what a symbolic entry evaluates on every call."""
-        return tuple(
+    def symbolic_sizes(self) -> tuple[tuple, tuple]:
+        """What a symbolic entry evaluates on every call: each alias's (size, stride,
+        storage_offset), in :attr:`aliases` order (None for a duplicate), and each
+        ``const`` output's value, in :attr:`direct` order (SymInt outputs)."""
+        geometry = tuple(
             None if info is None else (info.size, info.stride, info.storage_offset)
             for _, _, _, info in self.aliases
         )
+        return geometry, tuple(info for _, kind, _, info in self.direct if kind == "const")
 
-    def __call__(self, fw_outs: Any, call_inputs: Any, geometry: tuple | None = None) -> Any:
+    def __call__(self, fw_outs: Any, call_inputs: Any, sizes: tuple | None = None) -> Any:
         """The user outputs; ``input``/``alias_input`` index the caller's distinct inputs;
-        ``geometry``: :meth:`symbolic_geometry` evaluated on this call (symbolic entries)."""
+        ``sizes``: :meth:`symbolic_sizes` evaluated on this call (symbolic entries)."""
         if self.is_slice:
             return self.pack(fw_outs[self.user_slice])
         result: list[Any] = [None] * len(self.plan)
+        geometry, constants = (None, None) if sizes is None else sizes
         # Direct outputs first: an alias may name a user output that comes after it.
+        c = 0
         for j, kind, idx, info in self.direct:
             if kind == "out":
                 result[j] = fw_outs[idx]
             elif kind == "input":
                 result[j] = call_inputs[idx]
-            else:
+            elif constants is None:
                 result[j] = info
+            else:
+                result[j] = constants[c]
+                c += 1
         for k, (j, kind, idx, info) in enumerate(self.aliases):
             where = None if geometry is None else geometry[k]
             if kind == "alias_fw":
@@ -346,7 +353,7 @@ class CompiledRuntime:
         #: a symbolic entry's ``(alias geometries, new views)`` on a call (None: static)
         self.sizes_of: Callable[..., tuple] | None = None
         if shape_env is not None:
-            sizes = (self.outputs.symbolic_geometry(), tuple(w.new_view for w in self.writebacks))
+            sizes = (self.outputs.symbolic_sizes(), tuple(w.new_view for w in self.writebacks))
             if is_symbolic(sizes):
                 self.sizes_of = size_function(sizes, shape_env, signature.num_graph_inputs)
         self._fw = fw_callable
@@ -378,11 +385,11 @@ class CompiledRuntime:
 
             def run_symbolic(graph_inputs: Any) -> Any:
                 # Evaluated first: the write backs change the inputs' sizes.
-                geometry, new_views = sizes_of(*graph_inputs)
+                output_sizes, new_views = sizes_of(*graph_inputs)
                 fw_outs = forward(*graph_inputs)
                 if writebacks:
                     apply_writebacks(writebacks, fw_outs, graph_inputs, new_views)
-                return outputs(fw_outs, graph_inputs, geometry)
+                return outputs(fw_outs, graph_inputs, output_sizes)
 
             return run_symbolic
         if graph_inputs_of is not None:

@@ -183,28 +183,25 @@ def _symbol_names(shape_env: ShapeEnv) -> dict[sympy.Symbol, str]:
     return names
 
 
-def _expression(value: Any) -> sympy.Expr:
-    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-        return value.node.expr
-    return sympy.sympify(value)
-
-
 def size_function(values: Any, shape_env: ShapeEnv, num_inputs: int) -> Callable[..., Any]:
     """``fn(*graph_inputs)`` -> ``values`` with every SymInt replaced by its value on this call.
 
-    ``values``: nested tuples of ints and SymInts over the graph inputs' symbols (None kept).
-    Raises :class:`AotgradCompileError` for a size no graph input determines (one that
-    depends on a tensor's data).
+    ``values``: nested tuples of SymInts/SymFloats/SymBools over the graph inputs' symbols
+    and of other values, which are returned as they are. Raises
+    :class:`AotgradCompileError` for a size no graph input determines (one that depends on
+    a tensor's data).
     """
     names = _symbol_names(shape_env)
     printer = _SourcePrinter(names)
+    constants: list[Any] = []
 
     def code(v: Any) -> str:
-        if v is None:
-            return "None"
         if isinstance(v, (tuple, list, torch.Size)):
             return "(" + "".join(code(x) + ", " for x in v) + ")"
-        expr = shape_env.simplify(_expression(v))
+        if not isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)) or not v.node.expr.free_symbols:
+            constants.append(v if not isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)) else v.node.hint)
+            return f"_constants[{len(constants) - 1}]"
+        expr = shape_env.simplify(v.node.expr)
         missing = [s for s in expr.free_symbols if s not in names]
         if missing:
             raise AotgradCompileError(
@@ -212,10 +209,11 @@ def size_function(values: Any, shape_env: ShapeEnv, num_inputs: int) -> Callable
                 "of a tensor, not on input sizes (nonzero, masked_select, .item() feeding a "
                 "size); such programs are not supported with dynamic shapes."
             )
-        return printer.doprint(expr) if expr.free_symbols else str(int(expr))
+        return printer.doprint(expr)
 
     params = ", ".join(input_name(k) for k in range(num_inputs))
-    return eval(f"lambda {params}: {code(values)}", dict(SYMPY_INTERP))
+    body = code(values)
+    return eval(f"lambda {params}: {body}", {**SYMPY_INTERP, "_constants": constants})
 
 
 _SOURCE_REF = re.compile(r"L\['(t\d+)'\]")
