@@ -276,10 +276,12 @@ def test_input_mutation_and_aliasing_through_dynamo():
     assert torch.count_nonzero(y) == 0
 
 
-def test_dynamic_shapes_from_dynamo():
-    """One Dynamo graph with a SymInt input; aotgrad (dynamic=False) specializes per size."""
+@pytest.mark.parametrize("dynamic", [None, False])
+def test_dynamic_shapes_from_dynamo(dynamic):
+    """One Dynamo graph with a SymInt input: aotgrad follows Dynamo (one symbolic entry) by
+    default, and specialises per size with dynamic=False."""
     fw = Counting()
-    rec = Recorder(make_backend(fw_compiler=fw, bw_compiler=compilers.nop))
+    rec = Recorder(make_backend(fw_compiler=fw, bw_compiler=compilers.nop, dynamic=dynamic))
     m = nn.Linear(3, 2)
     cm = torch.compile(m, backend=rec, dynamic=True)
     for n in (2, 5, 7, 5):
@@ -290,7 +292,8 @@ def test_dynamic_shapes_from_dynamo():
         _close(x.grad, m.weight.detach().sum(0).expand(n, 3))
     assert len(rec.calls) == 1
     assert any(isinstance(t, torch.SymInt) for t in rec.calls[0][1])
-    assert len(fw.graphs) == 3  # one per distinct size, reused for the repeat
+    # static: one per distinct size (size 2 included), reused for the repeat
+    assert len(fw.graphs) == (1 if dynamic is None else 3)
 
 
 def test_train_eval_and_grad_mode_recompile_in_dynamo():

@@ -37,9 +37,9 @@ def aot_function(
     (default: ``fw_compiler``) the graph used when no gradient is needed.
     ``partition_fn(joint_module, joint_inputs, *, num_fwd_outputs)`` splits the joint graph
     (default :func:`aotgrad.partition.default_partition`). ``decompositions`` maps ATen ops to
-    decompositions applied while tracing. ``num_params_buffers`` (leading inputs that are
-    parameters and buffers) is accepted for torch's signature and not needed: every input's
-    mutations and aliasing are analysed alike. With
+    decompositions applied while tracing. ``num_params_buffers``: leading inputs that are
+    parameters and buffers; their shapes stay static under ``dynamic=True`` (their
+    mutations and aliasing are analysed like any input's). With
     ``keep_inference_input_mutations`` the inference graph keeps input data mutations as
     ``copy_`` ops instead of returning new values.
 
@@ -53,6 +53,6 @@ def aot_function(
     """
     config = AotConfig(
         fw_compiler, bw_compiler, partition_fn, decompositions,
-        keep_inference_input_mutations, inference_compiler, dynamic,
+        keep_inference_input_mutations, inference_compiler, dynamic, num_params_buffers=num_params_buffers,
     )
     return AotFunction(fn, config)

@@ -35,20 +35,38 @@ import torch.fx
 from . import compilers
 from .config import AotConfig
 from .module import compiled_module_forward
+from .symbolic import SymbolicLeaves, is_symbolic
 
 __all__ = ["AotgradBackend", "aotgrad_backend", "aotgrad_inductor_backend", "backend"]
 
 log = logging.getLogger(__name__)
 
 
-def _has_symbolic(example_inputs: list[Any]) -> bool:
-    """True when Dynamo marked something dynamic (a SymInt input, or a symbolic size)."""
-    for x in example_inputs:
-        if isinstance(x, torch.SymInt):
-            return True
-        if isinstance(x, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in x.shape):
-            return True
-    return False
+def symbolic_leaves_of(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> SymbolicLeaves:
+    """Which of a Dynamo graph's inputs Dynamo made symbolic, read off the placeholders'
+    ``example_value`` (fake tensors with symbolic sizes, SymInts): each symbolic tensor
+    size, and each SymInt input, with the tensor size it *is* when Dynamo says so (its
+    symbol is that size's), so that the trace keeps Dynamo's symbols apart and together
+    as Dynamo did."""
+    placeholders = gm.graph.find_nodes(op="placeholder")
+    values = [n.meta.get("example_value") for n in placeholders]
+    if len(values) != len(example_inputs):
+        values = list(example_inputs)
+    tensor_dims = []
+    size_of_symbol: dict[Any, tuple[int, int]] = {}
+    for p, v in enumerate(values):
+        if isinstance(v, torch.Tensor):
+            dims = frozenset(d for d, s in enumerate(v.shape) if is_symbolic(s))
+            if dims:
+                tensor_dims.append((p, dims))
+                for d in sorted(dims):
+                    size_of_symbol.setdefault(v.shape[d].node.expr, (p, d))
+    ints = tuple(
+        (p, size_of_symbol.get(v.node.expr))
+        for p, v in enumerate(values)
+        if isinstance(v, torch.SymInt) and is_symbolic(v)
+    )
+    return SymbolicLeaves(tuple(tensor_dims), ints)
 
 
 class AotgradBackend:
@@ -57,14 +75,14 @@ class AotgradBackend:
     Holds the compile options (:class:`~aotgrad.config.AotConfig`); each call compiles one
     Dynamo graph through :func:`aotgrad.module.aot_module_simplified`.
 
-    ``dynamic=False`` (the default) is always correct: a graph Dynamo made dynamic receives
-    its sizes as plain ``int`` inputs, which aot_function bakes into the graph, so each new
-    size compiles a new aotgrad entry under Dynamo's single graph. ``dynamic=None`` follows
-    Dynamo (``dynamic=True`` for a graph with symbolic sizes); aot_function accepts it but
-    still traces static shapes (one entry per size), so today it behaves like ``False``.
+    ``dynamic=None`` (the default) follows Dynamo: the sizes Dynamo made symbolic
+    (automatic dynamic after a size change, ``dynamic=True``, ``mark_dynamic``) and its
+    SymInt inputs are traced symbolically, so each Dynamo graph compiles once, as with
+    ``aot_eager``. ``dynamic=False`` traces static shapes (an int input is baked into the
+    graph; each new size compiles a new aotgrad entry under Dynamo's one graph).
     """
 
-    def __init__(self, config: AotConfig, dynamic: bool | None = False, name: str = "aotgrad") -> None:
+    def __init__(self, config: AotConfig, dynamic: bool | None = None, name: str = "aotgrad") -> None:
         self.config = config
         self.dynamic = dynamic
         self.name = name
@@ -82,12 +100,13 @@ class AotgradBackend:
                 f"{self.name} backend: expected a torch.fx.GraphModule from Dynamo, got "
                 f"{type(gm).__name__}; pass this backend to torch.compile(backend=...)."
             )
-        dynamic = _has_symbolic(example_inputs) if self.dynamic is None else self.dynamic
+        symbolic = symbolic_leaves_of(gm, example_inputs) if self.dynamic is not False else SymbolicLeaves()
         log.info(
-            "%s backend: graph with %d nodes, %d inputs (dynamic=%s)",
-            self.name, len(gm.graph.nodes), len(example_inputs), dynamic,
+            "%s backend: graph with %d nodes, %d inputs (%s)", self.name, len(gm.graph.nodes), len(example_inputs),
+            f"symbolic: {symbolic}" if symbolic else "static",
         )
-        return compiled_module_forward(gm, example_inputs, dataclasses.replace(self.config, dynamic=dynamic))
+        config = dataclasses.replace(self.config, dynamic=bool(symbolic), symbolic_leaves=symbolic)
+        return compiled_module_forward(gm, example_inputs, config)
 
 
 def backend(
@@ -97,7 +116,7 @@ def backend(
     decompositions: dict | None = None,
     keep_inference_input_mutations: bool = False,
     inference_compiler: Callable | None = None,
-    dynamic: bool | None = False,
+    dynamic: bool | None = None,
 ) -> AotgradBackend:
     """A configured backend for ``torch.compile(model, backend=aotgrad.backend(...))``.
 

@@ -19,7 +19,7 @@ __all__ = ["AotConfig"]
 @dataclass(frozen=True)
 class AotConfig:
     """Everything the user chose when compiling a function: ``aot_function``'s options after
-    ``fn``, in its order (less ``num_params_buffers``, which nothing needs).
+    ``fn``, in its order (``num_params_buffers`` last: ``aot_module`` passes it itself).
 
     Defaults are filled in on construction: ``bw_compiler`` and ``inference_compiler``
     default to ``fw_compiler``, ``partition_fn`` to
@@ -37,6 +37,9 @@ class AotConfig:
     #: exactly which leaves of a call are symbolic, overriding ``dynamic``: what the
     #: ``torch.compile`` backend reads off Dynamo's graph
     symbolic_leaves: SymbolicLeaves | None = None
+    #: leading inputs that are parameters and buffers: static even with ``dynamic=True``
+    #: (torch's ``static_weight_shapes``)
+    num_params_buffers: int = 0
 
     def __post_init__(self) -> None:
         if not callable(self.fw_compiler):

@@ -28,6 +28,7 @@ are the *distinct* parameter and buffer tensors, parameters first, in ``named_pa
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 import logging
 from collections.abc import Callable, Sequence
@@ -99,7 +100,14 @@ class _CompiledForward:
             type(root).__name__, layout.num_params, n_state - layout.num_params,
             len(layout.modules), root.training,
         )
-        compiled = AotFunction(functional_forward, self.config)
+        # The state leads the call: static shapes under dynamic=True, and Dynamo's
+        # symbolic leaves (of the user inputs) come after it.
+        hint = self.config.symbolic_leaves
+        config = dataclasses.replace(
+            self.config, num_params_buffers=n_state,
+            symbolic_leaves=None if hint is None else hint.shifted(n_state),
+        )
+        compiled = AotFunction(functional_forward, config)
         return layout, compiled
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

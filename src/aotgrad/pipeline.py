@@ -246,7 +246,7 @@ def compile_entry(fn: Callable, leaves: list[Any], spec: pytree.TreeSpec, config
     only a static trace handles; then the entry is static, which is logged at INFO.
     """
     start = time.perf_counter()
-    symbolic = plan_symbolic(leaves, config.dynamic, config.symbolic_leaves)
+    symbolic = plan_symbolic(leaves, config.dynamic, config.symbolic_leaves, config.num_params_buffers)
     if symbolic is not None:
         try:
             return _compile_entry(fn, leaves, spec, config, symbolic, start)

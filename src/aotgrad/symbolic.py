@@ -91,13 +91,16 @@ class SymbolicLeaves:
         return bool(self.tensor_dims or self.ints)
 
 
-def plan_symbolic(leaves: Sequence[Any], dynamic: bool, hint: SymbolicLeaves | None) -> SymbolicLeaves | None:
+def plan_symbolic(
+    leaves: Sequence[Any], dynamic: bool, hint: SymbolicLeaves | None, num_static: int = 0
+) -> SymbolicLeaves | None:
     """Which leaves of this call to trace symbolically; None for a static trace.
 
     ``hint`` (Dynamo's graph) wins; ``dynamic=True`` makes every tensor size and every int
-    leaf (not bool) symbolic, as torch's ``aot_function(dynamic=True)``; otherwise only the
-    dims marked with ``torch._dynamo.mark_dynamic`` are (torch's ``aot_function`` ignores
-    them without ``dynamic=True``; aotgrad honours them).
+    leaf (not bool) symbolic, as torch's ``aot_function(dynamic=True)``, except the first
+    ``num_static`` leaves (parameters and buffers); otherwise only the dims marked with
+    ``torch._dynamo.mark_dynamic`` are (torch's ``aot_function`` ignores them without
+    ``dynamic=True``; aotgrad honours them).
     """
     if hint is not None:
         return hint or None
@@ -105,11 +108,11 @@ def plan_symbolic(leaves: Sequence[Any], dynamic: bool, hint: SymbolicLeaves | N
     ints = []
     for p, leaf in enumerate(leaves):
         if isinstance(leaf, torch.Tensor):
-            if dynamic and leaf.dim():
+            if dynamic and leaf.dim() and p >= num_static:
                 tensor_dims.append((p, frozenset(range(leaf.dim()))))
             elif marked := getattr(leaf, "_dynamo_dynamic_indices", None):
                 tensor_dims.append((p, frozenset(marked)))
-        elif dynamic and type(leaf) is int:
+        elif dynamic and type(leaf) is int and p >= num_static:
             ints.append((p, None))
     plan = SymbolicLeaves(tuple(tensor_dims), tuple(ints), duck=dynamic)
     return plan or None
