@@ -39,6 +39,9 @@ def main(argv=None) -> int:
     p.add_argument("--sync-known", action="store_true",
                    help="(no fuzzing) drop from KNOWN the tests that are no longer strict-xfail (run "
                         "tools/drop_xpassed.py first), then list the xfail tests whose signature moved")
+    p.add_argument("--dynamic", action="store_true",
+                   help="aotgrad with dynamic=True (--impl aotgrad-dynamic): each case is called once "
+                        "more on inputs grown by 1 in every size of at least 2")
     p.add_argument("--quiet", action="store_true")
     a = p.parse_args(argv)
 
@@ -47,7 +50,10 @@ def main(argv=None) -> int:
     torch.set_num_threads(a.threads)
     if a.sync_known:
         return sync_known()
+    if a.dynamic:
+        a.impl = "aotgrad-dynamic"
     impl = IMPLS[a.impl]
+    resized_runs = reused = 0
     known = _known_fn(a.impl)
     os.makedirs(a.out, exist_ok=True)
     by_sig: dict[str, list[int]] = collections.defaultdict(list)
@@ -68,6 +74,9 @@ def main(argv=None) -> int:
             continue
         if res.eager_errors:
             eager_raised += 1
+        elif a.dynamic and res.ok and res.calls > len(case.modes):
+            resized_runs += 1
+            reused += res.entries <= len(set(case.modes))
         if not res.ok:
             sig = res.signature
             by_sig[sig].append(seed)
@@ -91,6 +100,9 @@ def main(argv=None) -> int:
           f"impl={a.impl}: {a.n} programs in {dt:.1f}s = {a.n / dt:.2f} programs/s")
     print(f"eager raised somewhere in {eager_raised}; failing {nf} ({len(by_sig)} signatures); "
           f"harness crashes {crashed}")
+    if a.dynamic:
+        print(f"dynamic: {resized_runs} passing cases ran again on grown inputs (eager raising nowhere); "
+              f"{reused} of them reused an entry ({100 * reused / max(resized_runs, 1):.1f}%)")
     n_new = sum(len(v) for k, v in by_sig.items() if not known(k))
     print(f"not covered by KNOWN (tests/fuzz/test_fuzz.py): {n_new} failures, "
           f"{sum(1 for k in by_sig if not known(k))} signatures")
@@ -160,8 +172,9 @@ def sync_known() -> int:
 
 
 def _known_fn(impl_name: str):
-    """signature -> the KNOWN key that covers it (None if new); KNOWN describes aotgrad only."""
-    if impl_name != "aotgrad":
+    """signature -> the KNOWN key that covers it (None if new); KNOWN describes aotgrad only
+    (static and dynamic)."""
+    if impl_name not in ("aotgrad", "aotgrad-dynamic"):
         return lambda sig: None
     from tests.fuzz.test_fuzz import KNOWN
 

@@ -9,6 +9,10 @@ eager's own fill, so the traced graph consumes the generator exactly as eager do
 - **polygamma_.** Its schema puts ``self`` first while the functional ``polygamma`` takes
   ``(n, self)``; functionalization finds no functional twin and rejects it. It is captured
   as ``self.copy_(polygamma(n, self.clone()))``, which eager autograd treats the same way.
+- **squeeze_ of a symbolic size.** Functionalization's ``squeeze_(dim)`` crashes the process
+  (torch 2.13) when the dim's size is symbolic; such a size is never 1 (sizes 0 and 1 are
+  specialised), so the dim is dropped from the call (with the guard that says so), and a
+  call left with no dim is the no-op eager's would be.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ _DROPOUTS = {torch.dropout, torch._C._VariableFunctions.dropout}
 _DROPOUTS_INPLACE = {torch.dropout_, torch._C._VariableFunctions.dropout_}
 _FUNCTIONAL_DROPOUT = torch.nn.functional.dropout
 _POLYGAMMA_INPLACE = torch.Tensor.polygamma_
+_SQUEEZE_INPLACE = torch.Tensor.squeeze_
 
 
 class EagerRewrites(TorchFunctionMode):
@@ -51,6 +56,8 @@ class EagerRewrites(TorchFunctionMode):
         if func is _POLYGAMMA_INPLACE:
             x, n = args[0], args[1] if len(args) > 1 else kwargs["n"]
             return x.copy_(torch.polygamma(n, x.clone()))  # the clone is what backward reads
+        if func is _SQUEEZE_INPLACE and (len(args) > 1 or "dim" in kwargs):
+            return _squeeze_(args[0], args[1] if len(args) > 1 else kwargs["dim"])
         if func is _FUNCTIONAL_DROPOUT:
             x, p, train, inplace = _bind(args, kwargs, ("input", "p", "training", "inplace"), (0.5, True, False))
         elif func in _DROPOUTS or func in _DROPOUTS_INPLACE:
@@ -62,6 +69,16 @@ class EagerRewrites(TorchFunctionMode):
             noise = bernoulli_like(x.detach(), 1 - p).div_(1 - p)
             return x.mul_(noise) if inplace else x * noise
         return func(*args, **kwargs)
+
+
+def _squeeze_(x: torch.Tensor, dim: int | tuple[int, ...]) -> torch.Tensor:
+    dims = (dim,) if isinstance(dim, int) else tuple(dim)
+    if not any(isinstance(s, torch.SymInt) for s in x.shape) or x.dim() == 0:
+        return torch.Tensor.squeeze_(x, dim)
+    kept = tuple(d for d in dims if x.size(d) == 1)  # size() raises eager's IndexError for a bad dim
+    if not kept:
+        return x
+    return torch.Tensor.squeeze_(x, kept)
 
 
 def _bind(args: tuple, kwargs: dict, names: tuple, defaults: tuple) -> list:

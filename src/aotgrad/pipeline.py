@@ -242,20 +242,23 @@ def compile_entry(fn: Callable, leaves: list[Any], spec: pytree.TreeSpec, config
     """Compile ``fn`` for a call with these flattened leaves; nothing real is mutated.
 
     The sizes :func:`~aotgrad.symbolic.plan_symbolic` names are traced symbolically (the
-    entry then serves every call its shape guard admits), unless the program needs what
-    only a static trace handles; then the entry is static, which is logged at INFO.
+    entry then serves every call its shape guard admits). Where the symbolic trace fails
+    (synthetic bases, which are static; a torch op whose symbolic kernel fails), the entry
+    is traced static: the program's own errors are raised by that trace, as without
+    dynamic shapes, and a static entry is logged at INFO with the reason.
     """
     start = time.perf_counter()
     symbolic = plan_symbolic(leaves, config.dynamic, config.symbolic_leaves, config.num_params_buffers)
-    if symbolic is not None:
-        try:
-            return _compile_entry(fn, leaves, spec, config, symbolic, start)
-        except _NeedsStaticTrace as why:
-            log.info("aotgrad: %s traced with static shapes: %s", getattr(fn, "__name__", fn), why)
-            entry = _compile_entry(fn, leaves, spec, config, None, start)
-            entry.static_reason = str(why)
-            return entry
-    return _compile_entry(fn, leaves, spec, config, None, start)
+    if symbolic is None:
+        return _compile_entry(fn, leaves, spec, config, None, start)
+    try:
+        return _compile_entry(fn, leaves, spec, config, symbolic, start)
+    except Exception as exc:  # noqa: BLE001 - the static trace below re-raises the program's own errors
+        why = str(exc) if isinstance(exc, _NeedsStaticTrace) else f"the symbolic trace failed: {type(exc).__name__}: {exc}"
+    entry = _compile_entry(fn, leaves, spec, config, None, start)
+    entry.static_reason = why.splitlines()[0]
+    log.info("aotgrad: %s traced with static shapes: %s", getattr(fn, "__name__", fn), entry.static_reason)
+    return entry
 
 
 def _compile_entry(

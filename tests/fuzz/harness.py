@@ -84,7 +84,18 @@ def aotgrad_impl(fn: Callable) -> Callable:
     return aotgrad.aot_function(fn, nop)
 
 
-IMPLS: dict[str, Impl] = {"torch": torch_impl, "aotgrad": aotgrad_impl}
+def aotgrad_dynamic_impl(fn: Callable) -> Callable:
+    """``aotgrad.aot_function(fn, nop, dynamic=True)``; cases also run on other sizes."""
+    aotgrad = import_aotgrad()
+    from aotgrad.compilers import nop
+
+    return aotgrad.aot_function(fn, nop, dynamic=True)
+
+
+#: the second call of a dynamic impl runs on inputs whose sizes of at least 2 grew by this
+aotgrad_dynamic_impl.resize = 1
+
+IMPLS: dict[str, Impl] = {"torch": torch_impl, "aotgrad": aotgrad_impl, "aotgrad-dynamic": aotgrad_dynamic_impl}
 
 
 def default_impl_name() -> str:
@@ -130,6 +141,9 @@ class Result:
     diffs: list[str]
     eager_errors: dict[str, str]  # "call[0]" -> "RuntimeError: ..."
     impl_errors: dict[str, str]
+    #: entries the impl compiled (an aotgrad impl), and the calls made
+    entries: int = 0
+    calls: int = 0
 
     @property
     def ok(self) -> bool:
@@ -184,6 +198,13 @@ _RECORD_KEYS = {
 # --------------------------------------------------------------------------- inputs
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def resized_spec(spec: dict, k: int) -> dict:
+    """``spec`` with every base size of at least 2 grown by ``k`` (equal sizes stay equal;
+    the args' expressions are kept, so some may no longer build)."""
+    bases = [{**b, "shape": [d + k if d >= 2 else d for d in b["shape"]]} for b in spec["bases"]]
+    return {**spec, "bases": bases}
 
 
 def build_inputs(spec: dict, seed: int) -> tuple[list[torch.Tensor], list[Any]]:
@@ -414,11 +435,12 @@ def _cotangents(outs: list[Any], seed: int) -> list[tuple[int, torch.Tensor]]:
     return cots
 
 
-def _one_side(fn: Callable, case: Case, call_index: int, mode: str, cots_from=None):
-    """Run one call of ``fn`` with fresh inputs; returns (observations, errors, cots)."""
+def _one_side(fn: Callable, case: Case, call_index: int, mode: str, cots_from=None, inputs: dict | None = None):
+    """Run one call of ``fn`` with fresh inputs (``inputs``: another spec than the case's);
+    returns (observations, errors, cots)."""
     obs: dict[str, Any] = {}
     errors: dict[str, str] = {}
-    bases, args = build_inputs(case.inputs, case.seed)
+    bases, args = build_inputs(case.inputs if inputs is None else inputs, case.seed)
     tag = f"[{call_index}]"
     ctx = torch.no_grad() if mode == "no_grad" else torch.enable_grad()
     try:
@@ -504,12 +526,21 @@ def _run(case: Case, impl: Impl, lenient, strict_stage: bool) -> Result:
             impl_fn = impl(load_program(case.source))
         except Exception as e:
             compile_error = _err(e)
-        for i, mode in enumerate(case.modes):
-            e_obs, e_err, cots = _one_side(eager_fn, case, i, mode)
+        calls = [(mode, None) for mode in case.modes]
+        resize = getattr(impl, "resize", 0)
+        if resize:
+            grown = resized_spec(case.inputs, resize)
+            try:
+                build_inputs(grown, case.seed)
+                calls.append((case.modes[0], grown))
+            except Exception:  # noqa: BLE001 - the args are written for one size
+                pass
+        for i, (mode, inputs) in enumerate(calls):
+            e_obs, e_err, cots = _one_side(eager_fn, case, i, mode, inputs=inputs)
             if compile_error is not None:
                 i_obs, i_err = {}, {f"call[{i}]": "(compile) " + compile_error}
             else:
-                i_obs, i_err, _ = _one_side(impl_fn, case, i, mode, cots_from=cots or [])
+                i_obs, i_err, _ = _one_side(impl_fn, case, i, mode, cots_from=cots or [], inputs=inputs)
             eager_errors.update(e_err)
             impl_errors.update(i_err)
             e_first = next((s for s in _STAGES if f"{s}[{i}]" in e_err), None)
@@ -537,7 +568,10 @@ def _run(case: Case, impl: Impl, lenient, strict_stage: bool) -> Result:
                     diffs.append(f"{key}: only one side ran this stage")
             if diffs:
                 break
-    return Result(diffs, eager_errors, impl_errors)
+    result = Result(diffs, eager_errors, impl_errors)
+    result.entries = len(getattr(impl_fn, "entries", ()))
+    result.calls = len(calls)
+    return result
 
 
 def check_case(source: str, inputs: dict, post=(), modes=("grad",), seed: int = 0, impl=None):
