@@ -223,6 +223,9 @@ _SOURCE_REF = re.compile(r"L\['(t\d+)'\]")
 _INDEXED_CALL = re.compile(r"\.(size|stride)\(\)\[(\d+)\]")
 
 
+_READ = re.compile(r"\b(t\d+)\.(size|stride)\((\d+)\)")
+
+
 def _as_python(guard: str) -> str:
     """A guard over ``L['t0'].size()[0]`` as Python over ``t0.size(0)``."""
     return _INDEXED_CALL.sub(r".\1(\2)", _SOURCE_REF.sub(r"\1", guard))
@@ -240,9 +243,17 @@ class ShapeGuard:
     check: Callable[..., bool] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        # Each input's size() and stride() are read once per call, then indexed.
         params = ", ".join(input_name(k) for k in range(self.num_inputs))
         body = " and ".join(f"({g})" for g in self.guards) or "True"
-        self.check = eval(f"lambda {params}: {body}", dict(SYMPY_INTERP))
+        reads = sorted(set(_READ.findall(body)))
+        body = _READ.sub(lambda m: f"_{m.group(1)}_{m.group(2)}[{m.group(3)}]", body)
+        lines = [f"def check({params}):"]
+        lines += [f"    _{t}_{what} = {t}.{what}()" for t, what in {(t, w) for t, w, _ in reads}]
+        lines.append(f"    return {body}")
+        namespace = dict(SYMPY_INTERP)
+        exec("\n".join(lines), namespace)
+        self.check = namespace["check"]
 
     @staticmethod
     def of_trace(shape_env: ShapeEnv, fake_inputs: Sequence[Any]) -> ShapeGuard:
