@@ -171,3 +171,62 @@ def test_dropout_of_a_non_contiguous_tensor_draws_in_eager_memory_order() -> Non
     torch.manual_seed(0)
     b = f(x)
     assert torch.equal(a, b)
+
+
+#: inputs whose batch (and, for the transformer, sequence length) changes every step
+SIZED_INPUTS: dict[str, Callable[[torch.Generator, int], torch.Tensor]] = {
+    "mlp": lambda g, k: torch.randn(4 + k % 5, 8, generator=g),
+    "cnn": lambda g, k: torch.randn(2 + k % 4, 1, 8, 8, generator=g),
+    "transformer": lambda g, k: torch.randn(3, 4 + k % 5, 8, generator=g),
+}
+
+
+class _Counting:
+    def __init__(self) -> None:
+        self.n = 0
+
+    def __call__(self, gm, example_inputs):
+        self.n += 1
+        return gm
+
+
+@pytest.mark.parametrize("path", ["aot_module", "torch_compile"])
+@pytest.mark.parametrize("model_name", list(MODELS))
+def test_training_on_changing_sizes_matches_eager_and_compiles_once(model_name: str, path: str) -> None:
+    """Dynamic shapes: a new size every step, losses and state as eager's; after the first
+    two steps (torch.compile: Dynamo's static graph, then its dynamic one) nothing compiles."""
+    from aotgrad.backend import backend
+
+    make_model, _ = MODELS[model_name]
+    torch.manual_seed(0)
+    model = make_model()
+    ref = copy.deepcopy(model)
+    count = _Counting()
+    if path == "aot_module":
+        compiled = aot_module(model, count, nop, dynamic=True)
+    else:
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend=backend(count, nop))
+    opt, ref_opt = OPTIMIZERS["sgd"](model.parameters()), OPTIMIZERS["sgd"](ref.parameters())
+    data = torch.Generator().manual_seed(1)
+    compiles_after_two = None
+    for step in range(8):
+        x = SIZED_INPUTS[model_name](data, step)
+        target = torch.randint(0, 4, (x.shape[0],), generator=data)
+        losses = []
+        for m, o in ((compiled, opt), (ref, ref_opt)):
+            torch.manual_seed(100 + step)
+            o.zero_grad()
+            loss = F.cross_entropy(m(x), target)
+            loss.backward()
+            o.step()
+            losses.append(loss.detach())
+        _close(losses[0], losses[1], f"loss at step {step}")
+        if step == 1:
+            compiles_after_two = count.n
+    assert count.n == compiles_after_two, f"{count.n - compiles_after_two} compiles after step 2"
+    if path == "aot_module":
+        assert compiles_after_two == 1  # one symbolic entry from the first step on
+    for (name, v), (_, v_ref) in zip(model.state_dict().items(), ref.state_dict().items()):
+        _close(v, v_ref, f"after 8 steps, {name}")
+    torch._dynamo.reset()
