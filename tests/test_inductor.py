@@ -227,3 +227,40 @@ def test_conv_batchnorm_module_training_step_matches_eager():
     ref.eval()
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), ref(x))
+
+
+def test_dynamic_entry_compiles_once_for_every_batch():
+    """Inductor compiles our symbolic graphs: one entry, every batch size, eager's values
+    and gradients."""
+    cf = _compile(_mlp, dynamic=True)
+    for n in (3, 5, 11):
+        x = torch.randn(n, 8)
+        params = _params()
+        ref_params = _clone_leaves(params)
+        out, ref = cf(x, *params), _mlp(x, *ref_params)
+        torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+        out.sum().backward()
+        ref.sum().backward()
+        for p, q in zip(params, ref_params):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+    assert len(cf.entries) == 1 and cf.entries[0].guard.shape_guard is not None
+
+
+@pytest.mark.slow
+def test_aotgrad_inductor_backend_follows_dynamo_dynamic_shapes():
+    from aotgrad.backend import aotgrad_inductor_backend
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    ref = copy.deepcopy(m)
+    cm = torch.compile(m, backend=aotgrad_inductor_backend)
+    for n in (3, 5, 7, 9):
+        x = torch.randn(n, 8)
+        out, e = cm(x), ref(x)
+        torch.testing.assert_close(out, e, rtol=1e-4, atol=1e-5)
+        out.sum().backward()
+        e.sum().backward()
+    for p, q in zip(m.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+    torch._dynamo.reset()
