@@ -359,12 +359,9 @@ class CompiledRuntime:
         self._fw = fw_callable
         if backward is not None:
             # Outputs autograd must not see as views of the Function's inputs: metadata-only
-            # mutations (the input itself, re-strided) and aliased or duplicated user outputs.
-            alias_positions = tuple(w.position for w in self.writebacks if not w.data) + tuple(
-                signature.user_output_positions[j]
-                for j in signature.user_outputs
-                if metadata.output_info[j].is_alias or metadata.output_info[j].duplicate_of is not None
-            )
+            # mutations (the input itself, re-strided). Aliased and repeated user outputs are
+            # no forward outputs (the signature leaves them to the OutputBuilder).
+            alias_positions = tuple(w.position for w in self.writebacks if not w.data)
             differentiable = set(signature.tangents) | set(alias_positions)
             nondiff = tuple(p for p in range(signature.num_forward_outputs) if p not in differentiable)
             self._function = _make_function(fw_callable, signature, backward, alias_positions, nondiff)

@@ -6,7 +6,7 @@ Tracing, partitioning and the runtime read positions from it and never count the
 
 Forward graph outputs (an inference graph has the first three slices only)::
 
-    [ mutated inputs' new values | user tensor outputs | intermediate bases | saved tensors | saved symints ]
+    [ mutated inputs' new values | non-aliased user outputs | intermediate bases | saved tensors | saved symints ]
 
 Backward graph inputs: ``[ saved tensors | saved symints | tangents ]``.
 Backward graph outputs: one gradient (or None) per graph input.
@@ -62,7 +62,8 @@ class ForwardOutput(enum.Enum):
 
     #: the new value of a mutated input (its data in the input's geometry at entry)
     mutated_input = "mutated_input"
-    #: a tensor user output (aliased ones are returned too; the runtime rebuilds them)
+    #: a user output the runtime takes as the graph returns it (a non-aliased tensor, first
+    #: occurrence); aliased and repeated outputs are rebuilt off their base instead
     user_output = "user_output"
     #: the base of user outputs that view an intermediate
     intermediate_base = "intermediate_base"
@@ -78,7 +79,10 @@ class GraphSignature:
 
     ``mutated_inputs[k]``: the graph input whose new value is forward output ``k``.
     ``user_outputs[k]``: the user output (index into ``ViewAndMutationMetadata.output_info``)
-    at forward output ``len(mutated_inputs) + k``; every tensor user output has one.
+    at forward output ``len(mutated_inputs) + k``: each ``non_alias`` output that is no
+    duplicate. The others are none of the graph's business: the runtime rebuilds an aliased
+    output off its base (a call input, an intermediate base, an earlier output) and repeats
+    a duplicate, so the graph neither computes nor returns them.
     ``tangents[k]``: the forward output whose gradient is the backward's ``k``-th tangent.
     """
 
@@ -92,28 +96,28 @@ class GraphSignature:
 
     @staticmethod
     def of_metadata(metadata: ViewAndMutationMetadata) -> GraphSignature:
-        """The functional forward's outputs: every mutated input, every tensor user output,
-        every intermediate base (no tangents, no saved values yet)."""
+        """The functional forward's outputs: every mutated input, every non-aliased user
+        output, every intermediate base (no tangents, no saved values yet)."""
         md = metadata
-        user = tuple(j for j, o in enumerate(md.output_info) if o.output_type is not OutputType.non_tensor)
+        user = tuple(
+            j for j, o in enumerate(md.output_info) if o.output_type is OutputType.non_alias and o.duplicate_of is None
+        )
         return GraphSignature(len(md.input_info), md.mutated_input_indices, user, md.num_intermediate_bases)
 
     def with_tangents(self, metadata: ViewAndMutationMetadata, forward_output_dtypes: Sequence[torch.dtype]) -> GraphSignature:
         """This signature with the forward outputs that take a tangent in training.
 
         A tangent goes to each forward output autograd can differentiate: a mutated input
-        whose data mutation autograd sees, a non-aliased user output and an intermediate base
-        that require grad, of a floating or complex dtype. Aliased outputs take none: they
-        travel as ``TensorAlias`` and their gradient reaches the graph through their base.
+        whose data mutation autograd sees, a user output and an intermediate base that
+        require grad, of a floating or complex dtype. (Aliased outputs are not forward
+        outputs: their gradient reaches the graph through their base.)
         """
         md = metadata
         wants_tangent = [
             md.input_info[i].mutates_data and md.input_info[i].mutation_visible_to_autograd
             for i in self.mutated_inputs
         ]
-        for j in self.user_outputs:
-            o = md.output_info[j]
-            wants_tangent.append(o.output_type is OutputType.non_alias and o.duplicate_of is None and o.requires_grad)
+        wants_tangent.extend(md.output_info[j].requires_grad for j in self.user_outputs)
         wants_tangent.extend(md.intermediate_base_requires_grad)
         if len(forward_output_dtypes) != len(wants_tangent):
             raise AssertionError(
@@ -180,7 +184,7 @@ class GraphSignature:
         """The forward outputs (before saved values) in signature order, lengths checked."""
         for what, values, n in (
             ("mutated-input values", mutated, len(self.mutated_inputs)),
-            ("user tensor outputs", user, len(self.user_outputs)),
+            ("non-aliased user outputs", user, len(self.user_outputs)),
             ("intermediate bases", bases, self.num_intermediate_bases),
         ):
             if len(values) != n:

@@ -1,7 +1,7 @@
 """Trace the functional forward, and the joint forward+backward, into FX graphs of ATen ops.
 
 The functional forward returns the outputs :class:`~aotgrad.signature.GraphSignature` lays
-out: the new value of each mutated input, each tensor user output, each intermediate base.
+out: the new value of each mutated input, each non-aliased user output, each intermediate base.
 The joint function
 ``joint(primals, tangents) -> [fw_outs, grads]`` follows the convention of
 ``docs/contracts.md`` so that partitioners written for torch's AOT Autograd work unchanged.
