@@ -23,15 +23,21 @@ vs a static one, ours and torch's, on the mlp, in ms.
 
 from __future__ import annotations
 
-import copy
 import statistics
 import time
 
-from _common import fmt, ours_aot_function, parse_args, print_table, ratio, time_interleaved, write_json
-
 import torch
 import torch._dynamo
-import torch.nn as nn
+from _common import (
+    fmt,
+    ours_aot_function,
+    parse_args,
+    print_table,
+    ratio,
+    time_interleaved,
+    write_json,
+)
+from torch import nn
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import aot_function as torch_aot_function
 from torch._functorch.aot_autograd import make_boxed_func
@@ -94,7 +100,7 @@ def _tiny(x, w):
 
 
 def overhead(repeat: int) -> list[dict]:
-    aot_function, why = ours_aot_function()
+    aot_function, _ = ours_aot_function()
     rows = []
     for mode in ("train", "infer"):
         rg = mode == "train"
@@ -106,9 +112,9 @@ def overhead(repeat: int) -> list[dict]:
             "torch": torch_aot_function(_tiny, torch_nop, dynamic=True),
         }
         if rg:
-            calls = {k: (lambda f=f: f(x, w).sum().backward()) for k, f in fns.items()}
+            calls = {k: (lambda f=f, x=x, w=w: f(x, w).sum().backward()) for k, f in fns.items()}
         else:
-            calls = {k: (lambda f=f: f(x, w)) for k, f in fns.items()}
+            calls = {k: (lambda f=f, x=x, w=w: f(x, w)) for k, f in fns.items()}
         for call in calls.values():
             call()
         assert len(fns["dynamic"].entries) == 1 and fns["dynamic"].entries[0].guard.shape_guard is not None
@@ -148,7 +154,7 @@ def compile_times(repeat: int) -> dict:
         return torch.func.functional_call(model, p, (x,)).sum()
 
     def first_call(side: str, dynamic: bool) -> float:
-        f = lambda p, x: fn(p, x)  # noqa: E731 - a fresh function: no cache carries over
+        f = lambda p, x: fn(p, x)
         if side == "ours":
             compiled = aotgrad.aot_function(f, lambda gm, _: gm, dynamic=dynamic)
         else:

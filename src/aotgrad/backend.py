@@ -35,7 +35,7 @@ import torch.fx
 from . import compilers
 from .config import AotConfig
 from .module import compiled_module_forward
-from .symbolic import SymbolicLeaves, is_symbolic
+from .symbolic import SymbolicLeaves, symbolic_leaves_of_examples
 
 __all__ = ["AotgradBackend", "aotgrad_backend", "aotgrad_inductor_backend", "backend"]
 
@@ -44,29 +44,10 @@ log = logging.getLogger(__name__)
 
 def symbolic_leaves_of(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> SymbolicLeaves:
     """Which of a Dynamo graph's inputs Dynamo made symbolic, read off the placeholders'
-    ``example_value`` (fake tensors with symbolic sizes, SymInts): each symbolic tensor
-    size, and each SymInt input, with the tensor size it *is* when Dynamo says so (its
-    symbol is that size's), so that the trace keeps Dynamo's symbols apart and together
-    as Dynamo did."""
-    placeholders = gm.graph.find_nodes(op="placeholder")
-    values = [n.meta.get("example_value") for n in placeholders]
-    if len(values) != len(example_inputs):
-        values = list(example_inputs)
-    tensor_dims = []
-    size_of_symbol: dict[Any, tuple[int, int]] = {}
-    for p, v in enumerate(values):
-        if isinstance(v, torch.Tensor):
-            dims = frozenset(d for d, s in enumerate(v.shape) if is_symbolic(s))
-            if dims:
-                tensor_dims.append((p, dims))
-                for d in sorted(dims):
-                    size_of_symbol.setdefault(v.shape[d].node.expr, (p, d))
-    ints = tuple(
-        (p, size_of_symbol.get(v.node.expr))
-        for p, v in enumerate(values)
-        if isinstance(v, torch.SymInt) and is_symbolic(v)
-    )
-    return SymbolicLeaves(tuple(tensor_dims), ints)
+    ``example_value`` (fake tensors with symbolic sizes, SymInts; the example inputs
+    themselves are real tensors): see :func:`aotgrad.symbolic.symbolic_leaves_of_examples`."""
+    values = [n.meta.get("example_value") for n in gm.graph.find_nodes(op="placeholder")]
+    return symbolic_leaves_of_examples(values if len(values) == len(example_inputs) else example_inputs)
 
 
 class AotgradBackend:

@@ -46,6 +46,7 @@ from .module_state import (
     state_layout,
     swapped_state,
 )
+from .symbolic import symbolic_leaves_of_examples
 
 __all__ = ["AOTModule", "aot_module", "aot_module_simplified", "compiled_module_forward"]
 
@@ -256,10 +257,15 @@ def aot_module_simplified(
     inputs. ``args`` are example user inputs, real or fake (Dynamo passes real tensors,
     and SymInts for dynamic sizes); they are checked against ``mod.forward``'s signature
     here, but tracing happens on the first real call, on fake copies aot_function makes
-    itself — so fake or real, ``args`` are never computed on and never mutated.
+    itself — so fake or real, ``args`` are never computed on and never mutated. Fake
+    ``args`` with symbolic sizes, and SymInt ``args``, say which sizes to trace
+    symbolically (as Dynamo's graph does for the backend).
     """
     config = AotConfig(fw_compiler, bw_compiler, partition_fn, decompositions,
                        keep_inference_input_mutations, inference_compiler, dynamic)
+    symbolic = symbolic_leaves_of_examples(args)
+    if symbolic and not dynamic:
+        config = dataclasses.replace(config, dynamic=True, symbolic_leaves=symbolic)
     return compiled_module_forward(mod, args, config)
 
 

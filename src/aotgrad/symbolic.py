@@ -43,6 +43,7 @@ __all__ = [
     "is_symbolic",
     "plan_symbolic",
     "size_function",
+    "symbolic_leaves_of_examples",
 ]
 
 
@@ -89,6 +90,26 @@ class SymbolicLeaves:
 
     def __bool__(self) -> bool:
         return bool(self.tensor_dims or self.ints)
+
+
+def symbolic_leaves_of_examples(values: Sequence[Any]) -> SymbolicLeaves:
+    """The symbolic leaves of a flat call whose example inputs are ``values``: each fake
+    tensor's symbolic sizes, and each SymInt, with the tensor size it *is* when its symbol is
+    one (Dynamo passes ``x.size(0)`` as its own input), so that the trace keeps apart and
+    together the sizes the examples' shape environment did."""
+    tensor_dims = []
+    size_of_symbol: dict[Any, tuple[int, int]] = {}
+    for p, v in enumerate(values):
+        if isinstance(v, torch.Tensor):
+            dims = frozenset(d for d, s in enumerate(v.shape) if is_symbolic(s))
+            if dims:
+                tensor_dims.append((p, dims))
+                for d in sorted(dims):
+                    size_of_symbol.setdefault(v.shape[d].node.expr, (p, d))
+    ints = tuple(
+        (p, size_of_symbol.get(v.node.expr)) for p, v in enumerate(values) if isinstance(v, torch.SymInt) and is_symbolic(v)
+    )
+    return SymbolicLeaves(tuple(tensor_dims), ints)
 
 
 def plan_symbolic(
@@ -252,7 +273,7 @@ class ShapeGuard:
         lines += [f"    _{t}_{what} = {t}.{what}()" for t, what in {(t, w) for t, w, _ in reads}]
         lines.append(f"    return {body}")
         namespace = dict(SYMPY_INTERP)
-        exec("\n".join(lines), namespace)
+        exec("\n".join(lines), namespace)  # noqa: S102 - code built from the ShapeEnv's guards
         self.check = namespace["check"]
 
     @staticmethod
