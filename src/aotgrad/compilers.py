@@ -1,13 +1,18 @@
-"""Ready-made forward/backward compilers.
+"""Ready-made forward/backward compilers, and the two calling conventions of what they return.
 
 A compiler is any callable ``compiler(gm: torch.fx.GraphModule, example_inputs: list)
--> callable``; the returned callable takes the graph's inputs as positional arguments and
-returns what the graph returns. ``example_inputs`` are fake tensors (and ints) describing the
-inputs the compiled callable will receive.
+-> callable``. ``example_inputs`` are fake tensors (and ints) describing the inputs the
+compiled callable will receive. The compiled callable either takes the graph's inputs as
+positional arguments (a ``GraphModule``, a plain function), or is *boxed*, torch's
+convention: it has ``_boxed_call = True`` and takes one list of the inputs, which it may
+clear to free them early (:func:`make_boxed_func`, :func:`make_boxed_compiler`; torch's own
+``nop``, ``print_compile`` and ``compile_fx_inner`` return boxed callables). Either works
+as any of aotgrad's compilers; :func:`positional` is the one place that tells them apart.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -15,7 +20,53 @@ import torch.fx
 
 from .signature import is_tangent
 
-__all__ = ["InductorCompiler", "inductor", "inductor_bw", "inductor_inference", "nop", "print_graph"]
+__all__ = [
+    "InductorCompiler",
+    "inductor",
+    "inductor_bw",
+    "inductor_inference",
+    "make_boxed_compiler",
+    "make_boxed_func",
+    "nop",
+    "positional",
+    "print_graph",
+]
+
+
+def make_boxed_func(f: Callable) -> Callable:
+    """``f`` in torch's boxed convention: ``g(args_list) -> f(*args_list)``, with
+    ``g._boxed_call = True``. (The list is the caller's to give away: ``g`` may clear it.)"""
+
+    def g(args: list) -> Any:
+        return f(*args)
+
+    g._boxed_call = True  # type: ignore[attr-defined]
+    g.__wrapped__ = f  # type: ignore[attr-defined]
+    return g
+
+
+def make_boxed_compiler(compiler: Callable) -> Callable:
+    """``compiler`` returning its compiled callable boxed (:func:`make_boxed_func`)."""
+
+    @functools.wraps(compiler)
+    def boxed_compiler(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
+        return make_boxed_func(compiler(gm, example_inputs))
+
+    return boxed_compiler
+
+
+def positional(compiled: Callable) -> Callable:
+    """A compiled callable as ``call(*inputs)``, whichever convention it follows.
+
+    A ``GraphModule`` is called through its ``forward`` (``nn.Module.__call__`` costs µs per
+    call); a boxed callable (``_boxed_call``) gets a fresh list of the inputs that nothing
+    else holds, so it may free them as it goes; anything else is called as it is.
+    """
+    if isinstance(compiled, torch.fx.GraphModule):
+        return compiled.forward
+    if getattr(compiled, "_boxed_call", False):
+        return lambda *args: compiled(list(args))
+    return compiled
 
 
 def nop(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:

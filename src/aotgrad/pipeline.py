@@ -23,6 +23,7 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from .aliasing import InputAliasing, outputs_on_call_inputs, plan_input_aliasing
 from .analysis import Analysis, analyze, reject_inplace_on_leaves
+from .compilers import positional
 from .config import AotConfig
 from .frontend import EntryGuard, InputLayout, layout_for
 from .metadata import OutputType, ViewAndMutationMetadata
@@ -198,13 +199,13 @@ def _compile_training(call: _AnalyzedCall, config: AotConfig, graphs: dict) -> t
     bw_callable = config.bw_compiler(bw_module, bw_inputs)
     avals = call.analysis.forward_output_avals
     backward = BackwardSpec(
-        bw_callable=_direct(bw_callable),
+        bw_callable=positional(bw_callable),
         tangent_meta=tuple(avals[p] for p in signature.tangents),
         saved_inputs_to_clone=to_clone,
         grad_tangent_deps=grad_tangent_dependencies(bw_module),
     )
     runtime = CompiledRuntime(
-        md, signature, call.analysis.out_spec, _direct(fw_callable), backward, **_runtime_context(call)
+        md, signature, call.analysis.out_spec, positional(fw_callable), backward, **_runtime_context(call)
     )
     return runtime, joint.graph
 
@@ -225,7 +226,7 @@ def _compile_inference(call: _AnalyzedCall, config: AotConfig, graphs: dict, gra
     with call.fake_mode:
         example = [t.detach() if isinstance(t, torch.Tensor) else t for t in call.fake_inputs]
     fw_callable = _detaching(config.inference_compiler(gm, example), _view_outputs(gm, md, signature))
-    return CompiledRuntime(md, signature, call.analysis.out_spec, _direct(fw_callable), None, **_runtime_context(call))
+    return CompiledRuntime(md, signature, call.analysis.out_spec, positional(fw_callable), None, **_runtime_context(call))
 
 
 def _runtime_context(call: _AnalyzedCall) -> dict:
@@ -323,7 +324,7 @@ def _detaching(compiled: Callable, positions: tuple[int, ...]) -> Callable:
     """``compiled`` with the outputs at ``positions`` detached (see :func:`_view_outputs`)."""
     if not positions:
         return compiled
-    call = _direct(compiled)
+    call = positional(compiled)
 
     def forward(*args: Any) -> list:
         outs = list(call(*args))
@@ -332,10 +333,3 @@ def _detaching(compiled: Callable, positions: tuple[int, ...]) -> Callable:
         return outs
 
     return forward
-
-
-def _direct(compiled: Callable) -> Callable:
-    """Call a GraphModule's ``forward`` directly: ``nn.Module.__call__`` costs µs per call."""
-    if isinstance(compiled, torch.fx.GraphModule):
-        return compiled.forward
-    return compiled
