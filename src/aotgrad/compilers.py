@@ -22,6 +22,7 @@ from .signature import is_tangent
 
 __all__ = [
     "InductorCompiler",
+    "default_decompositions",
     "inductor",
     "inductor_bw",
     "inductor_inference",
@@ -29,6 +30,7 @@ __all__ = [
     "make_boxed_func",
     "nop",
     "positional",
+    "print_compile",
     "print_graph",
 ]
 
@@ -78,6 +80,30 @@ def print_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable
     """Print the graph's Python code, then run it as :func:`nop` does."""
     print(gm.code)
     return gm
+
+
+#: torch's name for :func:`print_graph`
+print_compile = print_graph
+
+
+def _default_decompositions() -> dict:
+    aten = torch.ops.aten
+    from torch._decomp import get_decompositions
+
+    # Backward formulas and activations that torch's compilers also get decomposed by
+    # default (``torch._functorch.compilers.default_decompositions`` names the same ops).
+    return get_decompositions([
+        aten.detach, aten.gelu_backward, aten.leaky_relu_backward, aten.sigmoid_backward,
+        aten.threshold_backward, aten.hardtanh_backward, aten.hardsigmoid_backward,
+        aten.hardswish_backward, aten.tanh_backward, aten.silu_backward, aten.elu_backward,
+        aten.cudnn_batch_norm, aten.cudnn_batch_norm_backward, aten.masked_fill.Scalar,
+        aten.masked_fill.Tensor, aten.elu, aten.leaky_relu, aten.hardtanh, aten.hardswish,
+        aten.hardsigmoid, aten.conj_physical, aten.is_same_size,
+    ])
+
+
+#: a decomposition table to pass as ``decompositions=`` (torch's ``default_decompositions``)
+default_decompositions = _default_decompositions()
 
 
 # --------------------------------------------------------------------------------------

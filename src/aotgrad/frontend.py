@@ -137,6 +137,16 @@ class InputLayout:
             leaves[pos] = value
         return pytree.tree_unflatten(leaves, self.in_spec)
 
+    def program_of(self, fn: Callable) -> Callable[..., tuple[list[Any], pytree.TreeSpec]]:
+        """``fn`` as a function of the call inputs, returning its flattened outputs and
+        their spec: what analysis and tracing run."""
+
+        def program(*call_inputs: Any) -> tuple[list[Any], pytree.TreeSpec]:
+            args, kwargs = self.rebuild_call(list(call_inputs))
+            return pytree.tree_flatten(fn(*args, **kwargs))
+
+        return program
+
 
 def layout_for(leaves: list[Any], spec: pytree.TreeSpec, symint_positions: frozenset[int] = frozenset()) -> InputLayout:
     """Describe a call's leaves; raise a TypeError naming any leaf we cannot handle.

@@ -25,6 +25,7 @@ from .aliasing import InputAliasing, outputs_on_call_inputs, plan_input_aliasing
 from .analysis import Analysis, analyze, reject_inplace_on_leaves
 from .compilers import positional
 from .config import AotConfig
+from .context import compiling
 from .frontend import EntryGuard, InputLayout, layout_for
 from .metadata import OutputType, ViewAndMutationMetadata
 from .partition import grad_tangent_dependencies, saved_values, tag_forward_nodes
@@ -87,16 +88,6 @@ class CompiledEntry:
         )
 
 
-def _program(fn: Callable, layout: InputLayout) -> Callable[..., tuple[list[Any], pytree.TreeSpec]]:
-    """``fn`` as a function of the graph inputs, returning flattened outputs and their spec."""
-
-    def program(*graph_inputs: Any) -> tuple[list[Any], pytree.TreeSpec]:
-        args, kwargs = layout.rebuild_call(list(graph_inputs))
-        return pytree.tree_flatten(fn(*args, **kwargs))
-
-    return program
-
-
 @dataclass
 class _AnalyzedCall:
     """What the analysis stage hands to tracing: the program over the graph inputs."""
@@ -151,7 +142,7 @@ def _analyze_call(
     """Analysis, then synthetic bases (and a second analysis over them) where needed."""
     fake_mode = _fake_mode(symbolic)
     fake_call = _fake_call(layout, call_inputs, symbolic, fake_mode)
-    program = _program(fn, layout)
+    program = layout.program_of(fn)
     call_analysis = analyze(program, fake_call, fake_mode, grad_enabled=grad_enabled)
     reject_inplace_on_leaves(call_inputs, call_analysis.metadata)
     n = layout.num_distinct  # the SymInt inputs after the tensors alias nothing
@@ -192,11 +183,12 @@ def _compile_training(call: _AnalyzedCall, config: AotConfig, graphs: dict) -> t
         for k, node in enumerate(saved_tensors)
         if node in placeholders and placeholders.index(node) in data_mutated
     )
-    fw_callable = _detaching(
-        config.fw_compiler(fw_module, list(joint.primals)), _view_outputs(fw_module, md, signature)
-    )
+    with compiling("forward"):
+        fw_compiled = config.fw_compiler(fw_module, list(joint.primals))
+    fw_callable = _detaching(fw_compiled, _view_outputs(fw_module, md, signature))
     bw_inputs = [n.meta.get("val") for n in bw_module.graph.find_nodes(op="placeholder")]
-    bw_callable = config.bw_compiler(bw_module, bw_inputs)
+    with compiling("backward"):
+        bw_callable = config.bw_compiler(bw_module, bw_inputs)
     avals = call.analysis.forward_output_avals
     backward = BackwardSpec(
         bw_callable=positional(bw_callable),
@@ -225,7 +217,9 @@ def _compile_inference(call: _AnalyzedCall, config: AotConfig, graphs: dict, gra
     graphs["inference"] = gm
     with call.fake_mode:
         example = [t.detach() if isinstance(t, torch.Tensor) else t for t in call.fake_inputs]
-    fw_callable = _detaching(config.inference_compiler(gm, example), _view_outputs(gm, md, signature))
+    with compiling("inference"):
+        compiled = config.inference_compiler(gm, example)
+    fw_callable = _detaching(compiled, _view_outputs(gm, md, signature))
     return CompiledRuntime(md, signature, call.analysis.out_spec, positional(fw_callable), None, **_runtime_context(call))
 
 

@@ -25,7 +25,7 @@ from .effects import effects_as_ordered_nodes, is_effectful
 from .errors import AotgradCompileError, compile_error_from
 from .signature import GraphSignature, mark_tangents
 
-__all__ = ["JointGraph", "trace_inference", "trace_joint"]
+__all__ = ["JointGraph", "trace_inference", "trace_joint", "trace_loss_joint"]
 
 Program = Callable[..., tuple[list[Any], Any]]
 
@@ -154,6 +154,39 @@ def trace_joint(
     gm = _trace(joint, (primals, tangents), decompositions, fake_mode)
     mark_tangents(gm.graph, len(primals))
     return JointGraph(gm, signature, primals, tangents)
+
+
+def trace_loss_joint(
+    program: Program,
+    analysis: Analysis,
+    fake_inputs: list[torch.Tensor],
+    fake_mode: FakeTensorMode,
+    decompositions: dict | None,
+    loss_output: int,
+) -> tuple[torch.fx.GraphModule, tuple[int, ...]]:
+    """Trace ``(*primals) -> [*forward outputs, *grads]`` under functionalization: the
+    functional forward (laid out as ``analysis.signature``), then the gradient of user
+    output ``loss_output`` (a scalar, backpropagated from 1) with respect to each primal
+    that requires grad. No tangent inputs: the joint graph export hands out.
+
+    Returns the graph and the primals the gradients are of, in order.
+    """
+    signature = analysis.signature
+    forward = _functional_forward(program, analysis, protect_mutated_inputs=True)
+    primals = _primals(fake_inputs, fake_mode)
+    grad_inputs = tuple(i for i, t in enumerate(primals) if isinstance(t, torch.Tensor) and t.requires_grad)
+    loss_position = signature.user_output_positions[loss_output]
+
+    def joint(*primals: Any) -> list:
+        mode = FunctionalTensorMode()
+        with mode:
+            f_primals = [to_functional(p) for p in primals]
+        with mode, torch.enable_grad(), EagerRewrites():
+            fw_outs = forward(*f_primals)
+            grads = torch.autograd.grad(fw_outs[loss_position], [f_primals[i] for i in grad_inputs], allow_unused=True)
+        return [from_functional(o) for o in fw_outs] + [from_functional(g) for g in grads]
+
+    return _trace(joint, tuple(primals), decompositions, fake_mode), grad_inputs
 
 
 def trace_inference(

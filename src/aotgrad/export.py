@@ -1,0 +1,296 @@
+"""Export: one functional graph (and what each of its inputs and outputs is), no runtime.
+
+:func:`aot_export_module` and :func:`aot_export_joint_simple` have torch's signatures and
+meaning. The graph is traced by the same analysis and tracing stages as a compiled entry;
+instead of a runtime that writes mutations back and rebuilds aliases, the caller gets the
+graph and an :class:`ExportGraphSignature` naming every placeholder and output, and applies
+mutations itself. What the graph cannot express is rejected at export time: metadata
+mutations of inputs, data mutations of anything that requires grad (parameters), mutated
+inputs that alias other inputs, parameters under two names; with ``trace_joint``, a loss that
+is no scalar requiring grad, and other outputs that require grad.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+from torch import nn
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from . import tracing
+from .aliasing import plan_input_aliasing
+from .analysis import Analysis, analyze
+from .errors import AotgradCompileError
+from .frontend import flatten_call, layout_for
+from .metadata import OutputType
+from .signature import GraphSignature, graph_outputs
+
+__all__ = ["BackwardSignature", "ExportGraphSignature", "aot_export_joint_simple", "aot_export_module"]
+
+
+@dataclass
+class BackwardSignature:
+    """The backward part of an exported joint graph (torch's ``BackwardSignature``): which
+    output is the gradient of which parameter / user input, and which output is the loss.
+    Names are ``node.name``s of the graph's outputs and placeholders."""
+
+    gradients_to_parameters: dict[str, str]
+    gradients_to_user_inputs: dict[str, str]
+    loss_output: str
+
+
+@dataclass
+class ExportGraphSignature:
+    """What each input and output of an exported graph is (torch's export ``GraphSignature``).
+
+    Graph inputs are ``(*parameters, *buffers, *user inputs)``, flattened; outputs are
+    ``(*mutated buffers' and user inputs' new values, *user outputs, *gradients)``.
+    """
+
+    parameters: list[str]
+    buffers: list[str]
+    user_inputs: list[str]
+    user_outputs: list[str]
+    inputs_to_parameters: dict[str, str]
+    inputs_to_buffers: dict[str, str]
+    buffers_to_mutate: dict[str, str]
+    parameters_to_mutate: dict[str, str]
+    user_inputs_to_mutate: dict[str, str]
+    in_spec: pytree.TreeSpec
+    out_spec: pytree.TreeSpec
+    backward_signature: BackwardSignature | None
+    input_tokens: list[str] = dataclasses.field(default_factory=list)
+    output_tokens: list[str] = dataclasses.field(default_factory=list)
+
+    def __str__(self) -> str:
+        lines = ["ExportGraphSignature("]
+        for name, fqn in self.inputs_to_parameters.items():
+            lines.append(f"  input  {name:<14} parameter {fqn}")
+        for name, fqn in self.inputs_to_buffers.items():
+            lines.append(f"  input  {name:<14} buffer {fqn}")
+        for name in self.user_inputs:
+            lines.append(f"  input  {name:<14} user input")
+        for name, target in {**self.buffers_to_mutate, **self.user_inputs_to_mutate}.items():
+            lines.append(f"  output {name:<14} new value of {target}")
+        for name in self.user_outputs:
+            loss = self.backward_signature is not None and name == self.backward_signature.loss_output
+            lines.append(f"  output {name:<14} user output{' (the loss)' if loss else ''}")
+        if self.backward_signature is not None:
+            for name, of in {**self.backward_signature.gradients_to_parameters,
+                             **self.backward_signature.gradients_to_user_inputs}.items():
+                lines.append(f"  output {name:<14} gradient of {of}")
+        lines.append(")")
+        return "\n".join(lines)
+
+
+@dataclass
+class _Traced:
+    """A program analysed for export: every tensor output is a graph output."""
+
+    program: Callable
+    analysis: Analysis
+    fake_inputs: list[torch.Tensor]
+    fake_mode: FakeTensorMode
+    out_spec: pytree.TreeSpec
+
+
+def _analyse_for_export(fn: Callable, args: tuple, kwargs: dict, grad_enabled: bool, what: str) -> _Traced:
+    leaves, spec = flatten_call(args, kwargs)
+    layout = layout_for(leaves, spec)
+    if layout.has_duplicates:
+        raise AotgradCompileError(
+            f"{what}: the same tensor is passed as two inputs (tied parameters?); export needs "
+            "each graph input once. Pass it once, or untie it."
+        )
+    call_inputs = layout.call_inputs_of(leaves)
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fake_inputs = [fake_mode.from_tensor(t) for t in call_inputs]
+    program = layout.program_of(fn)
+    analysis = analyze(program, fake_inputs, fake_mode, grad_enabled=grad_enabled)
+    md = analysis.metadata
+    for i, info in enumerate(md.input_info):
+        if info.mutates_metadata:
+            raise AotgradCompileError(f"{what}: input {i} has its metadata (size, stride) mutated in place; export cannot express that.")
+        if info.mutates_data and call_inputs[i].requires_grad:
+            raise AotgradCompileError(
+                f"{what}: input {i} requires grad and is mutated in place (a parameter?); export "
+                "cannot express that. Mutate a buffer, or a tensor that does not require grad."
+            )
+    if plan_input_aliasing(call_inputs, fake_inputs, md) is not None:
+        raise AotgradCompileError(f"{what}: a mutated input aliases another input; export cannot express that.")
+    # The graph returns every tensor output as it is (no runtime rebuilds aliases).
+    user = tuple(j for j, o in enumerate(md.output_info) if o.output_type is not OutputType.non_tensor)
+    signature = GraphSignature(len(md.input_info), md.mutated_input_indices, user, 0)
+    analysis = dataclasses.replace(analysis, intermediate_base_sources=(), signature=signature)
+    return _Traced(program, analysis, fake_inputs, fake_mode, analysis.out_spec)
+
+
+def _names(nodes: Iterable[Any]) -> list[str]:
+    return [n.name for n in nodes]
+
+
+def aot_export_module(
+    mod: nn.Module,
+    args: Iterable[Any],
+    *,
+    decompositions: dict | None = None,
+    trace_joint: bool,
+    output_loss_index: int | None = None,
+    pre_dispatch: bool = False,
+    dynamic_shapes: bool | None = None,
+    kwargs: dict[str, Any] | None = None,
+) -> tuple[torch.fx.GraphModule, ExportGraphSignature]:
+    """``mod``'s forward as one functional graph of ATen ops, and its signature.
+
+    Graph inputs are ``(*parameters, *buffers, *user inputs)`` (flattened); outputs are the
+    new values of mutated buffers and user inputs, then the user outputs (flattened), then,
+    with ``trace_joint``, the gradient of the loss (user output ``output_loss_index``, a
+    scalar) with respect to each parameter and user input that requires grad. Without
+    ``trace_joint`` the graph is traced under ``no_grad``. ``pre_dispatch`` and
+    ``dynamic_shapes=True`` are not supported and raise.
+    """
+    what = "aot_export_module"
+    if pre_dispatch:
+        raise AotgradCompileError(f"{what}: pre_dispatch=True is not supported; export post-dispatch (the default).")
+    if dynamic_shapes:
+        raise AotgradCompileError(f"{what}: dynamic_shapes=True is not supported; sizes are exported static.")
+    if trace_joint and output_loss_index is None:
+        raise AotgradCompileError(
+            f"{what}: with trace_joint=True one forward output must be a scalar loss; say which "
+            "with output_loss_index."
+        )
+    named_parameters = dict(mod.named_parameters(remove_duplicate=False))
+    named_buffers = dict(mod.named_buffers(remove_duplicate=False))
+    state = {**named_parameters, **named_buffers}
+    names = list(state)
+    args, kwargs = tuple(args), dict(kwargs or {})
+    n_state = len(names)
+
+    def functional_forward(*flat: Any, **kw: Any) -> Any:
+        return torch.func.functional_call(mod, dict(zip(names, flat[:n_state])), flat[n_state:], kw)
+
+    with torch.set_grad_enabled(trace_joint):
+        traced = _analyse_for_export(functional_forward, (*state.values(), *args), kwargs, trace_joint, what)
+    md = traced.analysis.metadata
+    out_leaves_count = len(md.output_info)
+    if trace_joint:
+        _check_loss(md, output_loss_index, out_leaves_count, what)
+        gm, grad_inputs = tracing.trace_loss_joint(
+            traced.program, traced.analysis, traced.fake_inputs, traced.fake_mode, decompositions,
+            output_loss_index,
+        )
+    else:
+        gm = tracing.trace_inference(
+            traced.program, traced.analysis, traced.fake_inputs, traced.fake_mode, decompositions,
+            traced.analysis.signature, grad_enabled=False,
+        )
+        grad_inputs = ()
+    placeholders = _names(gm.graph.find_nodes(op="placeholder"))
+    outputs = _names(graph_outputs(gm))
+    sig = traced.analysis.signature
+    mutated = outputs[sig.mutated_input_slice]
+    user_out = outputs[sig.user_output_slice]
+    grads = outputs[sig.num_forward_outputs:]
+    n_params = len(named_parameters)
+
+    def input_name(i: int) -> str:
+        return names[i] if i < n_state else placeholders[i]
+
+    backward = None
+    if trace_joint:
+        for i, g in zip(grad_inputs, grads, strict=True):
+            if g is None:
+                raise AotgradCompileError(f"{what}: {input_name(i)} requires grad but the loss does not depend on it.")
+        backward = BackwardSignature(
+            gradients_to_parameters={g: names[i] for i, g in zip(grad_inputs, grads) if i < n_params},
+            gradients_to_user_inputs={g: placeholders[i] for i, g in zip(grad_inputs, grads) if i >= n_state},
+            loss_output=user_out[sig.user_outputs.index(output_loss_index)],
+        )
+    mutated_inputs = dict(zip(mutated, sig.mutated_inputs, strict=True))
+    signature = ExportGraphSignature(
+        parameters=names[:n_params],
+        buffers=names[n_params:],
+        user_inputs=placeholders[n_state:],
+        user_outputs=user_out,
+        inputs_to_parameters=dict(zip(placeholders[:n_params], names[:n_params])),
+        inputs_to_buffers=dict(zip(placeholders[n_params:n_state], names[n_params:])),
+        buffers_to_mutate={o: names[i] for o, i in mutated_inputs.items() if n_params <= i < n_state},
+        parameters_to_mutate={},
+        user_inputs_to_mutate={o: placeholders[i] for o, i in mutated_inputs.items() if i >= n_state},
+        in_spec=pytree.tree_flatten((args, kwargs))[1],
+        out_spec=traced.out_spec,
+        backward_signature=backward,
+    )
+    return gm, signature
+
+
+def _check_loss(md: Any, loss_index: int, n_outputs: int, what: str) -> None:
+    if not 0 <= loss_index < n_outputs:
+        raise AotgradCompileError(f"{what}: output_loss_index={loss_index}, but the forward has {n_outputs} outputs.")
+    for j, o in enumerate(md.output_info):
+        if j != loss_index and o.requires_grad:
+            raise AotgradCompileError(
+                f"{what}: output {j} requires grad but is not the loss (output {loss_index}); the "
+                "joint graph backpropagates the loss only. Detach the other outputs."
+            )
+    loss = md.output_info[loss_index]
+    if loss.output_type is OutputType.non_tensor or not loss.requires_grad:
+        raise AotgradCompileError(f"{what}: output {loss_index} is the loss but does not require grad.")
+    if loss.size != ():
+        numel = 1
+        for s in loss.size:
+            numel *= s
+        if numel != 1:
+            raise AotgradCompileError(f"{what}: the loss (output {loss_index}) must be a scalar; it has shape {loss.size}.")
+
+
+def aot_export_joint_simple(
+    func: Callable[..., Any],
+    args: tuple[Any, ...],
+    *,
+    trace_joint: bool,
+    num_params_buffers: int = 0,
+    decompositions: dict | None = None,
+) -> torch.fx.GraphModule:
+    """``func`` as a graph with no change of calling convention (torch's contract).
+
+    ``args`` are flat tensors; ``func`` returns a tuple or list of tensors, mutates no
+    input and returns no alias of one. Without ``trace_joint`` (traced under ``no_grad``)
+    the graph takes ``args`` and returns the outputs. With it, the graph is the joint
+    ``(*primals, *tangents) -> (*outputs, *gradients)``: one tangent per output that requires
+    grad, one gradient (or None) per input; partitioning it gives a forward with ``func``'s
+    own calling convention. ``num_params_buffers`` is accepted for torch's signature.
+    """
+    what = "aot_export_joint_simple"
+    args = tuple(args)
+    if not all(isinstance(a, torch.Tensor) for a in args):
+        raise AotgradCompileError(f"{what}: inputs must be a flat tuple of tensors (no pytrees, no constants).")
+    with torch.set_grad_enabled(trace_joint):
+        traced = _analyse_for_export(func, args, {}, trace_joint, what)
+    md = traced.analysis.metadata
+    if md.mutated_input_indices:
+        raise AotgradCompileError(f"{what}: inputs {list(md.mutated_input_indices)} are mutated in place; not supported.")
+    aliased = [j for j, o in enumerate(md.output_info) if o.output_type is not OutputType.non_alias]
+    if aliased:
+        raise AotgradCompileError(f"{what}: outputs {aliased} alias an input or another output (or are no tensors); not supported.")
+    spec = traced.out_spec
+    if spec.is_leaf() or not all(c.is_leaf() for c in spec.children()):
+        raise AotgradCompileError(f"{what}: func must return a flat tuple or list of tensors (out_spec={spec}).")
+    if not trace_joint:
+        return tracing.trace_inference(
+            traced.program, traced.analysis, traced.fake_inputs, traced.fake_mode, decompositions,
+            traced.analysis.signature, grad_enabled=False,
+        )
+    md_out = md.output_info
+    signature = dataclasses.replace(
+        traced.analysis.signature,
+        tangents=tuple(k for k, j in enumerate(traced.analysis.signature.user_outputs) if md_out[j].requires_grad),
+    )
+    analysis = dataclasses.replace(traced.analysis, signature=signature)
+    return tracing.trace_joint(traced.program, analysis, traced.fake_inputs, traced.fake_mode, decompositions).graph

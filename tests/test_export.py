@@ -1,0 +1,239 @@
+"""Export (issue 11): ``aot_export_module`` / ``aot_export_joint_simple`` and torch's public
+AOT names on ``aotgrad``. An exported graph is run by hand with the inputs its signature
+names and compared with eager."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import aotgrad
+from aotgrad.signature import graph_outputs
+
+
+class MLPLoss(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 3))
+
+    def forward(self, x, y):
+        logits = self.net(x)
+        return F.cross_entropy(logits, y), logits.detach().argmax(1)
+
+
+def _run(gm, sig, module, *user_inputs):
+    """Call the exported graph as its signature says; outputs by name."""
+    state = {**dict(module.named_parameters()), **{k: v.clone() for k, v in module.named_buffers()}}
+    inputs = [state[sig.inputs_to_parameters[n]] if n in sig.inputs_to_parameters else None
+              for n in [p.name for p in gm.graph.find_nodes(op="placeholder")]]
+    placeholders = [p.name for p in gm.graph.find_nodes(op="placeholder")]
+    user = iter(user_inputs)
+    for k, name in enumerate(placeholders):
+        if name in sig.inputs_to_buffers:
+            inputs[k] = state[sig.inputs_to_buffers[name]]
+        elif name in sig.user_inputs:
+            inputs[k] = next(user)
+    outs = gm(*inputs)
+    return dict(zip([n.name for n in graph_outputs(gm)], outs))
+
+
+def test_joint_export_of_a_training_step_gives_eagers_loss_gradients_and_buffers():
+    torch.manual_seed(0)
+    m = MLPLoss()
+    ref = copy.deepcopy(m)
+    x, y = torch.randn(6, 4), torch.randint(0, 3, (6,))
+    gm, sig = aotgrad.aot_export_module(m, (x, y), trace_joint=True, output_loss_index=0)
+    out = _run(gm, sig, m, x, y)
+    loss, _ = ref(x, y)
+    loss.backward()
+    bw = sig.backward_signature
+    torch.testing.assert_close(out[bw.loss_output], loss)
+    ref_params = dict(ref.named_parameters())
+    assert set(bw.gradients_to_parameters.values()) == set(ref_params)
+    for g, name in bw.gradients_to_parameters.items():
+        torch.testing.assert_close(out[g], ref_params[name].grad, msg=name)
+    ref_buffers = dict(ref.named_buffers())
+    assert set(sig.buffers_to_mutate.values()) == {"net.1.running_mean", "net.1.running_var", "net.1.num_batches_tracked"}
+    for o, name in sig.buffers_to_mutate.items():
+        torch.testing.assert_close(out[o], ref_buffers[name], msg=name)
+    # the module itself was not touched by exporting
+    torch.testing.assert_close(m.net[1].running_mean, torch.zeros(8))
+    text = str(sig)
+    assert "parameter net.0.weight" in text and "(the loss)" in text and "gradient of net.3.bias" in text
+
+
+def test_inference_export_returns_user_input_mutations_first():
+    class M(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(3))
+
+        def forward(self, x, counter):
+            counter.add_(1)
+            return x * self.w, x.view(-1)
+
+    m = M()
+    x, counter = torch.randn(2, 3), torch.zeros(1)
+    gm, sig = aotgrad.aot_export_module(m, (x, counter), trace_joint=False)
+    assert sig.backward_signature is None and sig.parameters == ["w"]
+    assert list(sig.user_inputs_to_mutate.values()) == [sig.user_inputs[1]]
+    outs = gm(m.w, x, counter)
+    assert len(outs) == 3  # the counter's new value, then both user outputs
+    torch.testing.assert_close(outs[0], counter + 1)
+    torch.testing.assert_close(outs[1], x * m.w)
+    torch.testing.assert_close(outs[2], x.view(-1))
+
+
+class _Mutating(nn.Module):
+    def __init__(self, what: str) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(3))
+        self.what = what
+
+    def forward(self, x):
+        if self.what == "metadata":
+            x.t_()
+        return (x * self.w).sum()
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"trace_joint": True}, "output_loss_index"),
+        ({"trace_joint": True, "output_loss_index": 3}, "has 1 outputs"),
+        ({"trace_joint": False, "pre_dispatch": True}, "pre_dispatch"),
+        ({"trace_joint": False, "dynamic_shapes": True}, "dynamic_shapes"),
+    ],
+)
+def test_export_options_it_cannot_honour_raise(kwargs, match):
+    with pytest.raises(aotgrad.AotgradCompileError, match=match):
+        aotgrad.aot_export_module(_Mutating("none"), (torch.randn(3),), **kwargs)
+
+
+def test_export_rejects_what_a_graph_cannot_express():
+    with pytest.raises(aotgrad.AotgradCompileError, match="metadata"):
+        aotgrad.aot_export_module(_Mutating("metadata"), (torch.randn(3, 3)[0],), trace_joint=False)
+
+    class NonScalar(nn.Module):
+        def forward(self, x):
+            return (x * 2,)
+
+    with pytest.raises(aotgrad.AotgradCompileError, match="scalar"):
+        aotgrad.aot_export_module(NonScalar(), (torch.randn(3, requires_grad=True),), trace_joint=True, output_loss_index=0)
+
+    class TwoGradOutputs(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(3))
+
+        def forward(self, x):
+            return (x * self.w).sum(), x * self.w
+
+    with pytest.raises(aotgrad.AotgradCompileError, match="output 1 requires grad but is not the loss"):
+        aotgrad.aot_export_module(TwoGradOutputs(), (torch.randn(3),), trace_joint=True, output_loss_index=0)
+
+    class Tied(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = nn.Linear(3, 3)
+            self.b = nn.Linear(3, 3)
+            self.b.weight = self.a.weight
+
+        def forward(self, x):
+            return (self.b(self.a(x)).sum(),)
+
+    with pytest.raises(aotgrad.AotgradCompileError, match="tied"):
+        aotgrad.aot_export_module(Tied(), (torch.randn(2, 3),), trace_joint=True, output_loss_index=0)
+
+
+def test_parameter_mutation_is_rejected():
+    class M(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(3))
+
+        def forward(self, x):
+            self.w.mul_(2)  # eager rejects this under grad mode; export rejects it always
+            return (x * self.w).sum()
+
+    with pytest.raises((aotgrad.AotgradCompileError, RuntimeError), match="requires grad"):
+        aotgrad.aot_export_module(M(), (torch.randn(3),), trace_joint=False)
+
+
+def test_export_joint_simple_keeps_the_calling_convention():
+    def f(a, b):
+        return (a * b).sin(), a + 1
+
+    a, b = torch.randn(3, requires_grad=True), torch.randn(3)
+    g = aotgrad.aot_export_joint_simple(f, (a.detach(), b), trace_joint=False)
+    for o, r in zip(g(a.detach(), b), f(a.detach(), b)):
+        torch.testing.assert_close(o, r)
+    joint = aotgrad.aot_export_joint_simple(f, (a, b), trace_joint=True)
+    placeholders = joint.graph.find_nodes(op="placeholder")
+    assert len(placeholders) == 4  # two primals, one tangent per output requiring grad
+    t1, t2 = torch.randn(3), torch.randn(3)
+    outs = joint(a.detach(), b, t1, t2)
+    ref = f(a, b)
+    torch.autograd.backward(ref, [t1, t2])
+    torch.testing.assert_close(outs[0], ref[0])
+    torch.testing.assert_close(outs[2], a.grad)
+    assert outs[3] is None  # b needs no gradient
+
+
+@pytest.mark.parametrize(
+    "fn, args, match",
+    [
+        (lambda a: (a.add_(1),), (torch.randn(3),), "mutated"),
+        (lambda a: (a.view(-1),), (torch.randn(3),), "alias"),
+        (lambda a: a * 2, (torch.randn(3),), "flat tuple or list"),
+        (lambda a: (a[0] * 2,), ([torch.randn(3)],), "flat tuple of tensors"),
+    ],
+)
+def test_export_joint_simple_rejects(fn, args, match):
+    with pytest.raises(aotgrad.AotgradCompileError, match=match):
+        aotgrad.aot_export_joint_simple(fn, args, trace_joint=False)
+
+
+def test_compilers_see_the_compilation_context():
+    seen = []
+
+    def compiler(gm, example_inputs):
+        seen.append((aotgrad.get_aot_compilation_context()[0], aotgrad.get_aot_graph_name()))
+        return gm
+
+    aotgrad.set_model_name("tiny")
+    try:
+        cf = aotgrad.aot_function(lambda x: x.sin().sum(), compiler)
+        cf(torch.randn(3, requires_grad=True)).backward()
+        with torch.no_grad():
+            cf(torch.randn(3))
+    finally:
+        aotgrad.set_model_name("model")
+    assert [s[0] for s in seen] == [["forward"], ["backward"], ["inference"]]
+    assert seen[0][1].startswith("tiny__forward_")
+    n_forward = int(seen[0][1].rsplit("_", 1)[1])
+    assert seen[1][1] == f"tiny__backward_{n_forward + 1}"
+    assert aotgrad.get_aot_compilation_context()[0] == []  # outside a compiler
+
+
+#: torch's public AOT Autograd names (torch/_functorch/aot_autograd.py and compilers.py)
+#: and what aotgrad has of them; docs/user-guide.md ("torch's names") lists the same.
+TORCH_NAMES_WE_HAVE = [
+    "aot_function", "aot_module", "aot_module_simplified", "aot_export_module", "aot_export_joint_simple",
+    "compiled_function", "compiled_module", "make_boxed_compiler", "make_boxed_func", "default_partition",
+    "min_cut_rematerialization_partition", "get_aot_compilation_context", "get_aot_graph_name", "set_model_name",
+    "nop", "print_compile", "default_decompositions",
+]
+
+
+@pytest.mark.parametrize("name", TORCH_NAMES_WE_HAVE)
+def test_torch_public_names_are_on_aotgrad(name):
+    import torch._functorch.aot_autograd as torch_aot
+    import torch._functorch.compilers as torch_compilers
+
+    assert hasattr(torch_aot, name) or hasattr(torch_compilers, name), f"{name} is not a torch name"
+    assert hasattr(aotgrad, name)
