@@ -9,10 +9,10 @@ eager's own fill, so the traced graph consumes the generator exactly as eager do
 - **polygamma_.** Its schema puts ``self`` first while the functional ``polygamma`` takes
   ``(n, self)``; functionalization finds no functional twin and rejects it. It is captured
   as ``self.copy_(polygamma(n, self.clone()))``, which eager autograd treats the same way.
-- **squeeze_ of a symbolic size.** Functionalization's ``squeeze_(dim)`` crashes the process
-  (torch 2.13) when the dim's size is symbolic; such a size is never 1 (sizes 0 and 1 are
-  specialised), so the dim is dropped from the call (with the guard that says so), and a
-  call left with no dim is the no-op eager's would be.
+- **squeeze_(dim) of a dim whose size is not 1.** Functionalization's ``squeeze_`` of such a
+  dim (a no-op in eager) crashes the process in a symbolic trace (torch 2.13); the dims
+  that are not 1 are dropped from the call (a symbolic size is never 1: sizes 0 and 1 are
+  specialised), leaving ``squeeze_(())``, the same no-op, where none is.
 """
 
 from __future__ import annotations
@@ -73,12 +73,17 @@ class EagerRewrites(TorchFunctionMode):
 
 def _squeeze_(x: torch.Tensor, dim: int | tuple[int, ...]) -> torch.Tensor:
     dims = (dim,) if isinstance(dim, int) else tuple(dim)
-    if not any(isinstance(s, torch.SymInt) for s in x.shape) or x.dim() == 0:
+    if x.dim() == 0:
         return torch.Tensor.squeeze_(x, dim)
-    kept = tuple(d for d in dims if x.size(d) == 1)  # size() raises eager's IndexError for a bad dim
-    if not kept:
-        return x
-    return torch.Tensor.squeeze_(x, kept)
+    # x.shape, not x.size(d): the latter dispatches to functionalization. A bad dim raises
+    # the IndexError eager's squeeze_ raises.
+    shape = x.shape
+    for d in dims:
+        if not -len(shape) <= d < len(shape):
+            raise IndexError(
+                f"Dimension out of range (expected to be in range of [{-len(shape)}, {len(shape) - 1}], but got {d})"
+            )
+    return torch.Tensor.squeeze_(x, tuple(d for d in dims if shape[d] == 1))
 
 
 def _bind(args: tuple, kwargs: dict, names: tuple, defaults: tuple) -> list:
