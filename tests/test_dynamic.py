@@ -295,3 +295,21 @@ def test_aot_module_simplified_traces_the_example_inputs_symbolic_sizes():
         x = torch.randn(n, 3)
         torch.testing.assert_close(cf(x), m(x))
     assert len(fw.graphs) == 1
+
+
+def test_a_size_the_trace_specialised_leaves_no_symint_in_real_tensors():
+    """``view(1, 3, 1, 1)`` specialises the symbolic width to 3; the new geometry of the
+    metadata-mutated input is then a SymInt constant, which must reach the caller's tensor
+    as a plain int (a real tensor with symbolic sizes cannot even be cloned)."""
+
+    def f(a):
+        a.unsqueeze_(-3)
+        t = torch.tanh(a).transpose(1, 2).view(1, 3, 1, 1)
+        return t.sigmoid(), a
+
+    cf = aotgrad.aot_function(f, nop, dynamic=True)
+    for _ in range(2):
+        check(f, lambda: (torch.randn(1, 3),), compiled=cf)
+    x = torch.randn(1, 3)
+    _, same = cf(x)
+    assert same is x and x.clone().shape == (1, 1, 3)

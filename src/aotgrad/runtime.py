@@ -24,7 +24,7 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from .metadata import OutputInfo, OutputType, ViewAndMutationMetadata
 from .signature import GraphSignature
-from .symbolic import is_symbolic, size_function
+from .symbolic import holds_sym, size_function
 
 __all__ = ["BackwardSpec", "CompiledRuntime", "OutputBuilder", "TensorAlias", "regenerate_alias"]
 
@@ -258,7 +258,7 @@ def _make_function(
     grad_tangent_deps = spec.grad_tangent_deps
 
     # A symbolic entry's tangent shapes are read off each call's forward outputs.
-    symbolic_tangents = any(is_symbolic(shape) for shape, _, _ in tangent_meta)
+    symbolic_tangents = any(holds_sym(shape) for shape, _, _ in tangent_meta)
 
     class CompiledFunction(torch.autograd.Function):
         @staticmethod
@@ -354,7 +354,7 @@ class CompiledRuntime:
         self.sizes_of: Callable[..., tuple] | None = None
         if shape_env is not None:
             sizes = (self.outputs.symbolic_sizes(), tuple(w.new_view for w in self.writebacks))
-            if is_symbolic(sizes):
+            if holds_sym(sizes):
                 self.sizes_of = size_function(sizes, shape_env, signature.num_graph_inputs)
         self._fw = fw_callable
         if backward is not None:

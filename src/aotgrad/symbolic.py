@@ -40,6 +40,7 @@ __all__ = [
     "ShapeGuard",
     "SymbolicLeaves",
     "fake_graph_inputs",
+    "holds_sym",
     "is_symbolic",
     "plan_symbolic",
     "size_function",
@@ -58,6 +59,18 @@ def is_symbolic(value: Any) -> bool:
         return not isinstance(value.node.expr, sympy.Number)
     if isinstance(value, (tuple, list, torch.Size)):
         return any(is_symbolic(v) for v in value)
+    return False
+
+
+def holds_sym(value: Any) -> bool:
+    """True for a SymInt/SymFloat/SymBool (or a sequence holding one), symbolic or not: a
+    value the runtime must evaluate to a plain number before it touches a real tensor (one
+    whose symbol the trace specialised is still a SymInt, and would make a real tensor's
+    sizes symbolic)."""
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return True
+    if isinstance(value, (tuple, list, torch.Size)):
+        return any(holds_sym(v) for v in value)
     return False
 
 
