@@ -341,3 +341,23 @@ def test_inductor_backend_matches_eager():
 def test_backend_rejects_non_graph_module():
     with pytest.raises(TypeError, match="GraphModule"):
         aotgrad_backend(lambda x: x, [torch.randn(1)])
+
+
+def test_forward_graph_nodes_keep_the_users_stack_trace():
+    """As torch's AOT Autograd does, each ATen node traced from a Dynamo node carries that
+    node's stack_trace: the user's own source line."""
+    graphs = []
+
+    def keep(gm, example_inputs):
+        graphs.append(gm)
+        return gm
+
+    def f(x):
+        y = x.sin()
+        return y * 2
+
+    torch._dynamo.reset()
+    torch.compile(f, backend=make_backend(fw_compiler=keep, bw_compiler=compilers.nop))(torch.randn(3, requires_grad=True))
+    torch._dynamo.reset()
+    traces = {n.name: n.meta.get("stack_trace") or "" for n in graphs[0].graph.nodes if n.op == "call_function"}
+    assert "y = x.sin()" in traces["sin"] and "return y * 2" in traces["mul"]

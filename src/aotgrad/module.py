@@ -34,6 +34,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import torch.fx
+import torch.fx.traceback as fx_traceback
 from torch import nn
 
 from .config import AotConfig
@@ -61,6 +63,16 @@ def _describe_forward(root: nn.Module) -> str:
         return f"{type(root).__name__}.forward (defined at {src}:{lineno})"
     except (OSError, TypeError):
         return f"{type(root).__name__}.forward"
+
+
+def _run_traced(root: nn.Module, args: tuple, kwargs: dict) -> Any:
+    """Call ``root`` while it is traced. A GraphModule (Dynamo's) runs node by node with its
+    node meta preserved, so each ATen node traced from a node carries that node's
+    ``stack_trace`` (the user's source line), as torch's AOT Autograd keeps it."""
+    if isinstance(root, torch.fx.GraphModule) and not kwargs:
+        with fx_traceback.preserve_node_meta():
+            return torch.fx.Interpreter(root).run(*args)
+    return root(*args, **kwargs)
 
 
 class _CompiledForward:
@@ -91,7 +103,7 @@ class _CompiledForward:
             # Runs only while aot_function traces (on fake tensors); never on a real call.
             state, args = flat[:n_state], flat[n_state:]
             with swapped_state(layout, state) as reassigned:
-                out = root(*args, **kwargs)
+                out = _run_traced(root, args, kwargs)
             # A 1-tuple when nothing was reassigned (the common case): a tuple of tensors
             # is packed without a pytree walk on every call.
             return (out, reassigned) if reassigned else (out,)
