@@ -59,6 +59,17 @@ def resized(make: Callable[[], Any], k: int) -> Callable[[], Any]:
     return make_resized
 
 
+class Counting:
+    """A compiler that records the graphs it is given and runs them as nop does."""
+
+    def __init__(self) -> None:
+        self.graphs: list[torch.fx.GraphModule] = []
+
+    def __call__(self, gm, example_inputs):
+        self.graphs.append(gm)
+        return gm
+
+
 def clone_inputs(make: Callable[[], Any]) -> Any:
     torch.manual_seed(0)
     return make()

@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch._dynamo
 import torch.nn.functional as F
-from eager_compare import check
+from eager_compare import Counting, check
 from torch import nn
 
 import aotgrad
@@ -27,17 +27,6 @@ from aotgrad.partition import min_cut_rematerialization_partition
 
 def rg(*shape):
     return torch.randn(*shape, requires_grad=True)
-
-
-class Counting:
-    """A nop compiler that counts the graphs it compiled."""
-
-    def __init__(self) -> None:
-        self.graphs: list[torch.fx.GraphModule] = []
-
-    def __call__(self, gm, example_inputs):
-        self.graphs.append(gm)
-        return gm
 
 
 def _mlp(x, w1, w2):

@@ -18,6 +18,8 @@ from torch import nn
 from aotgrad.compilers import nop
 from aotgrad.module import AOTModule, aot_module, aot_module_simplified
 
+from eager_compare import Counting
+
 RTOL, ATOL = 1e-5, 1e-6
 
 
@@ -30,17 +32,6 @@ def _state_close(m1: nn.Module, m2: nn.Module) -> None:
     assert list(s1) == list(s2)
     for k in s1:
         torch.testing.assert_close(s1[k], s2[k], rtol=RTOL, atol=ATOL, msg=lambda m: f"{k}: {m}")
-
-
-class Counting:
-    """A compiler that records the graphs it is given and runs them as nop does."""
-
-    def __init__(self) -> None:
-        self.graphs: list[torch.fx.GraphModule] = []
-
-    def __call__(self, gm, example_inputs):
-        self.graphs.append(gm)
-        return gm
 
 
 class CounterNet(nn.Module):

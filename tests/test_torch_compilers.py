@@ -20,7 +20,7 @@ from torch._functorch.compilers import print_compile as torch_print_compile
 import aotgrad
 from aotgrad import compilers, partition
 
-from eager_compare import check
+from eager_compare import Counting, check
 
 
 def rg(*shape):
@@ -43,23 +43,12 @@ PROGRAMS = {
 }
 
 
-class _Recording:
-    """A plain compiler returning the GraphModule, remembering it was called."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def __call__(self, gm, example_inputs):
-        self.calls += 1
-        return gm
-
-
 COMPILERS = {
     "torch nop (boxed)": lambda: torch_nop,
     "torch make_boxed_compiler(user compiler)": lambda: torch_make_boxed_compiler(lambda gm, _: gm.forward),
     "user compiler returning make_boxed_func": lambda: (lambda gm, _: torch_make_boxed_func(gm.forward)),
     "aotgrad make_boxed_compiler": lambda: compilers.make_boxed_compiler(lambda gm, _: gm),
-    "plain GraphModule": _Recording,
+    "plain GraphModule": Counting,
 }
 
 
