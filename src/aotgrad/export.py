@@ -97,7 +97,6 @@ class _Traced:
     analysis: Analysis
     fake_inputs: list[torch.Tensor]
     fake_mode: FakeTensorMode
-    out_spec: pytree.TreeSpec
 
 
 def _analyse_for_export(fn: Callable, args: tuple, kwargs: dict, grad_enabled: bool, what: str) -> _Traced:
@@ -128,7 +127,7 @@ def _analyse_for_export(fn: Callable, args: tuple, kwargs: dict, grad_enabled: b
     user = tuple(j for j, o in enumerate(md.output_info) if o.output_type is not OutputType.non_tensor)
     signature = GraphSignature(len(md.input_info), md.mutated_input_indices, user, 0)
     analysis = dataclasses.replace(analysis, intermediate_base_sources=(), signature=signature)
-    return _Traced(program, analysis, fake_inputs, fake_mode, analysis.out_spec)
+    return _Traced(program, analysis, fake_inputs, fake_mode)
 
 
 def _names(nodes: Iterable[Any]) -> list[str]:
@@ -224,7 +223,7 @@ def aot_export_module(
         parameters_to_mutate={},
         user_inputs_to_mutate={o: placeholders[i] for o, i in mutated_inputs.items() if i >= n_state},
         in_spec=pytree.tree_flatten((args, kwargs))[1],
-        out_spec=traced.out_spec,
+        out_spec=traced.analysis.out_spec,
         backward_signature=backward,
     )
     return gm, signature
@@ -279,7 +278,7 @@ def aot_export_joint_simple(
     aliased = [j for j, o in enumerate(md.output_info) if o.output_type is not OutputType.non_alias]
     if aliased:
         raise AotgradCompileError(f"{what}: outputs {aliased} alias an input or another output (or are no tensors); not supported.")
-    spec = traced.out_spec
+    spec = traced.analysis.out_spec
     if spec.is_leaf() or not all(c.is_leaf() for c in spec.children()):
         raise AotgradCompileError(f"{what}: func must return a flat tuple or list of tensors (out_spec={spec}).")
     if not trace_joint:
