@@ -79,8 +79,11 @@ class CompiledEntry:
 
     def __repr__(self) -> str:
         kind = "training" if self.training else "inference"
+        shapes = "symbolic" if self.guard.shape_guard is not None else "static"
+        if self.static_reason is not None:
+            shapes += f" ({self.static_reason})"
         return (
-            f"CompiledEntry({kind}, graph_inputs={self.layout.num_distinct}, "
+            f"CompiledEntry({kind}, {shapes}, graph_inputs={self.layout.num_distinct}, "
             f"mutated_inputs={list(self.metadata.mutated_input_indices)}, "
             f"aliased_outputs={list(self.metadata.aliased_output_indices)}, "
             f"synthetic_bases={0 if self.input_aliasing is None else len(self.input_aliasing.bases)}, "
