@@ -2302,3 +2302,43 @@ def f(a):
         modes=['no_grad', 'grad'],
         seed=0,
     )
+
+
+# --------------------------------------------------------------------------- found by the dynamic mode (--dynamic)
+
+check_case_dynamic = functools.partial(harness.check_case, impl=harness.aotgrad_dynamic_impl)
+
+
+@XFAIL("dynamic: an empty diagonal of an intermediate is rebuilt by as_strided at fake-tensor storage_offset")
+def test_dynamic_empty_diagonal_alias_of_intermediate_storage_offset():
+    check_case_dynamic(
+        source='''
+def f(a, b):
+    t0 = a.unsqueeze(-2)
+    t2 = torch.arange(12, dtype=t0.dtype).view(t0.shape)
+    t3 = t2.diagonal(-1, 1, 2)
+    return b, t3
+''',
+        inputs={'bases': [{'shape': [4, 3], 'dtype': 'float32', 'rg': True}],
+                'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'same', 'arg': 0}]},
+        modes=['grad'],
+        seed=16373,
+    )
+
+
+@XFAIL("dynamic: a view of a detach()ed alias mutated by its requiring-grad source gets wrong gradients (issue 12, class 1)")
+def test_dynamic_view_of_detached_alias_mutated_by_source():
+    check_case_dynamic(
+        source='''
+def f(a, opt, k):
+    t0 = a.detach()
+    t0.mul_(a)
+    t1 = t0.view_as(t0)
+    return a, t1, a, t1
+''',
+        inputs={'bases': [{'shape': [2, 1], 'dtype': 'float32', 'rg': True}],
+                'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.clone().t()'}, {'kind': 'value', 'value': None},
+                         {'kind': 'value', 'value': 1}]},
+        modes=['grad'],
+        seed=13386,
+    )
