@@ -150,7 +150,7 @@ def sync_known() -> int:
     captured = {}
 
     def capture(source, inputs, post=(), modes=("grad",), seed=0, impl=None):
-        captured["res"] = harness.run_case(source, inputs, harness.aotgrad_impl, post=post, modes=modes, seed=seed)
+        captured["res"] = harness.run_case(source, inputs, impl or harness.aotgrad_impl, post=post, modes=modes, seed=seed)
 
     R.check_case = capture
     bad = 0

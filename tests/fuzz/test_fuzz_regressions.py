@@ -2306,12 +2306,10 @@ def f(a):
 
 # --------------------------------------------------------------------------- found by the dynamic mode (--dynamic)
 
-check_case_dynamic = functools.partial(harness.check_case, impl=harness.aotgrad_dynamic_impl)
-
-
 @XFAIL("dynamic: an empty diagonal of an intermediate is rebuilt by as_strided at fake-tensor storage_offset")
 def test_dynamic_empty_diagonal_alias_of_intermediate_storage_offset():
-    check_case_dynamic(
+    check_case(
+        impl=harness.aotgrad_dynamic_impl,
         source='''
 def f(a, b):
     t0 = a.unsqueeze(-2)
@@ -2328,7 +2326,8 @@ def f(a, b):
 
 @XFAIL("dynamic: a view of a detach()ed alias mutated by its requiring-grad source gets wrong gradients (issue 12, class 1)")
 def test_dynamic_view_of_detached_alias_mutated_by_source():
-    check_case_dynamic(
+    check_case(
+        impl=harness.aotgrad_dynamic_impl,
         source='''
 def f(a, opt, k):
     t0 = a.detach()
