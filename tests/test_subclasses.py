@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.testing._internal.two_tensor import TwoTensor
-
 from eager_compare import check
+from torch.testing._internal.two_tensor import TwoTensor
 
 
 def two(*shape, requires_grad=False):
