@@ -38,8 +38,8 @@ class _Resized(TorchFunctionMode):
     def _grow(self, v: Any) -> Any:
         if type(v) is int and v >= 2:
             return v + self.k
-        if isinstance(v, (tuple, list, torch.Size)):
-            return type(v)(self._grow(x) for x in v) if not isinstance(v, torch.Size) else torch.Size(self._grow(x) for x in v)
+        if isinstance(v, (tuple, list)):  # torch.Size is a tuple: rebuilt as its own type
+            return type(v)(self._grow(x) for x in v)
         return v
 
     def __torch_function__(self, func, types, args=(), kwargs=None):

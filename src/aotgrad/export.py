@@ -13,6 +13,7 @@ is no scalar requiring grad, and other outputs that require grad.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -241,12 +242,8 @@ def _check_loss(md: Any, loss_index: int, n_outputs: int, what: str) -> None:
     loss = md.output_info[loss_index]
     if loss.output_type is OutputType.non_tensor or not loss.requires_grad:
         raise AotgradCompileError(f"{what}: output {loss_index} is the loss but does not require grad.")
-    if loss.size != ():
-        numel = 1
-        for s in loss.size:
-            numel *= s
-        if numel != 1:
-            raise AotgradCompileError(f"{what}: the loss (output {loss_index}) must be a scalar; it has shape {loss.size}.")
+    if math.prod(loss.size) != 1:
+        raise AotgradCompileError(f"{what}: the loss (output {loss_index}) must be a scalar; it has shape {loss.size}.")
 
 
 def aot_export_joint_simple(

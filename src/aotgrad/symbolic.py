@@ -53,6 +53,11 @@ def input_name(k: int) -> str:
     return f"t{k}"
 
 
+def _params(n: int) -> str:
+    """The parameter list ``t0, t1, ...`` of a function over ``n`` graph inputs."""
+    return ", ".join(input_name(k) for k in range(n))
+
+
 def is_symbolic(value: Any) -> bool:
     """True for a SymInt/SymFloat/SymBool (or a sequence holding one) not known to be a constant."""
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
@@ -235,8 +240,10 @@ def size_function(values: Any, shape_env: ShapeEnv, num_inputs: int) -> Callable
     def code(v: Any) -> str:
         if isinstance(v, (tuple, list, torch.Size)):
             return "(" + "".join(code(x) + ", " for x in v) + ")"
-        if not isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)) or not v.node.expr.free_symbols:
-            constants.append(v if not isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)) else v.node.hint)
+        if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)) and not v.node.expr.free_symbols:
+            v = v.node.hint  # specialised by the trace: a plain number
+        if not isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            constants.append(v)
             return f"_constants[{len(constants) - 1}]"
         expr = shape_env.simplify(v.node.expr)
         missing = [s for s in expr.free_symbols if s not in names]
@@ -248,7 +255,7 @@ def size_function(values: Any, shape_env: ShapeEnv, num_inputs: int) -> Callable
             )
         return printer.doprint(expr)
 
-    params = ", ".join(input_name(k) for k in range(num_inputs))
+    params = _params(num_inputs)
     body = code(values)
     return eval(f"lambda {params}: {body}", {**SYMPY_INTERP, "_constants": constants})
 
@@ -278,7 +285,7 @@ class ShapeGuard:
 
     def __post_init__(self) -> None:
         # Each input's size() and stride() are read once per call, then indexed.
-        params = ", ".join(input_name(k) for k in range(self.num_inputs))
+        params = _params(self.num_inputs)
         body = " and ".join(f"({g})" for g in self.guards) or "True"
         reads = sorted(set(_READ.findall(body)))
         body = _READ.sub(lambda m: f"_{m.group(1)}_{m.group(2)}[{m.group(3)}]", body)
@@ -311,7 +318,7 @@ class ShapeGuard:
 
     def failure(self, graph_inputs: Sequence[Any]) -> str | None:
         """The first guard these inputs violate (as written over ``t0, t1, ...``), or None."""
-        params = ", ".join(input_name(k) for k in range(self.num_inputs))
+        params = _params(self.num_inputs)
         for g in self.guards:
             if not eval(f"lambda {params}: {g}", dict(SYMPY_INTERP))(*graph_inputs):
                 return g
