@@ -4,9 +4,8 @@ import sys
 sys.path.insert(0, os.path.dirname(__file__))
 
 
-import pytest  # noqa: E402
-
 import eager_compare  # noqa: E402
+import pytest  # noqa: E402
 
 
 @pytest.fixture(params=["static", "dynamic"])

@@ -18,7 +18,6 @@ from torch.overrides import TorchFunctionMode
 import aotgrad
 from aotgrad.compilers import nop
 
-
 #: "static" or "dynamic"; set by the ``shapes`` fixture (conftest.py). In dynamic mode
 #: :func:`check` compiles with ``dynamic=True`` and checks again on inputs of two other sizes,
 #: asserting that they compile no new entry.

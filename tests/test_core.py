@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from eager_compare import check
 
 import aotgrad
 from aotgrad import OutputType
 from aotgrad.compilers import nop
-
-from eager_compare import check
 
 pytestmark = pytest.mark.usefixtures("shapes")
 

@@ -6,7 +6,7 @@ import torch
 
 import aotgrad
 from aotgrad.compilers import nop
-from aotgrad.frontend import MISS
+from aotgrad.core.frontend import MISS
 
 
 def _counting():

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import aotgrad
-from aotgrad.signature import graph_outputs
+from aotgrad.core.signature import graph_outputs
 
 
 class MLPLoss(nn.Module):

@@ -13,7 +13,12 @@ import pytest
 import torch
 
 from aotgrad import aot_function
-from aotgrad.compilers import InductorCompiler, inductor, inductor_bw, inductor_inference
+from aotgrad.compilers import (
+    InductorCompiler,
+    inductor,
+    inductor_bw,
+    inductor_inference,
+)
 
 
 def _compile(fn, **kwargs):

@@ -13,12 +13,11 @@ import inspect
 
 import pytest
 import torch
+from eager_compare import Counting
 from torch import nn
 
 from aotgrad.compilers import nop
 from aotgrad.module import AOTModule, aot_module, aot_module_simplified
-
-from eager_compare import Counting
 
 RTOL, ATOL = 1e-5, 1e-6
 

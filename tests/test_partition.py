@@ -19,6 +19,9 @@ import pytest
 import torch
 import torch.fx as fx
 import torch.nn as nn
+
+# Comparison side only (never imported by src/).
+from torch._functorch import partitioners as torch_partitioners
 from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
 from torch.utils import _pytree as pytree
@@ -30,9 +33,6 @@ from aotgrad.partition import (
     min_cut_rematerialization_partition,
     saved_bytes,
 )
-
-# Comparison side only (never imported by src/).
-from torch._functorch import partitioners as torch_partitioners
 
 OURS = {"default": default_partition, "min_cut": min_cut_rematerialization_partition}
 aten = torch.ops.aten

@@ -1,4 +1,4 @@
-"""The calling convention (aotgrad.signature.GraphSignature) against the graphs it describes.
+"""The calling convention (aotgrad.core.signature.GraphSignature) against the graphs it describes.
 
 Every compiled entry's signature must say exactly what each forward output and backward input
 is; these tests read the graphs the compilers received and check them position by position,
@@ -10,15 +10,14 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.fx
+from eager_compare import check
 
 import aotgrad
 from aotgrad.compilers import nop
 from aotgrad.config import AotConfig
+from aotgrad.core.signature import ForwardOutput, GraphSignature, is_tangent
 from aotgrad.module import aot_module
 from aotgrad.partition import default_partition, min_cut_rematerialization_partition
-from aotgrad.signature import ForwardOutput, GraphSignature, is_tangent
-
-from eager_compare import check
 
 
 def _readme_example(buf, x):

@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import pytest
 import torch
+from eager_compare import Counting, check
 from torch._functorch import partitioners as torch_partitioners
 from torch._functorch.aot_autograd import aot_function as torch_aot_function
-from torch._functorch.aot_autograd import make_boxed_compiler as torch_make_boxed_compiler
+from torch._functorch.aot_autograd import (
+    make_boxed_compiler as torch_make_boxed_compiler,
+)
 from torch._functorch.aot_autograd import make_boxed_func as torch_make_boxed_func
 from torch._functorch.compilers import nop as torch_nop
 from torch._functorch.compilers import print_compile as torch_print_compile
 
 import aotgrad
 from aotgrad import compilers, partition
-
-from eager_compare import Counting, check
 
 
 def rg(*shape):

@@ -25,13 +25,12 @@ import pytest
 import torch
 import torch._dynamo
 import torch.nn.functional as F
+from eager_compare import Counting
 from torch import nn
 
 from aotgrad.backend import aotgrad_backend
 from aotgrad.compilers import nop
 from aotgrad.module import aot_module
-
-from eager_compare import Counting
 
 STEPS = 20
 RTOL, ATOL = 1e-4, 1e-5

@@ -17,7 +17,9 @@ from .compilers import (
 )
 from .config import AotConfig
 from .context import get_aot_compilation_context, get_aot_graph_name, set_model_name
-from .dispatch import AotFunction
+from .core.dispatch import AotFunction
+from .core.metadata import InputInfo, OutputInfo, OutputType, ViewAndMutationMetadata
+from .core.signature import ForwardOutput, GraphSignature
 from .errors import AotgradCompileError
 from .export import (
     BackwardSignature,
@@ -25,10 +27,8 @@ from .export import (
     aot_export_joint_simple,
     aot_export_module,
 )
-from .metadata import InputInfo, OutputInfo, OutputType, ViewAndMutationMetadata
 from .module import AOTModule, aot_module, aot_module_simplified
 from .partition import default_partition, min_cut_rematerialization_partition
-from .signature import ForwardOutput, GraphSignature
 
 #: torch's (functorch's) names for :func:`aot_function` and :func:`aot_module`
 compiled_function = aot_function

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Callable
 
 from .config import AotConfig
-from .dispatch import AotFunction
+from .core.dispatch import AotFunction
 
 __all__ = ["aot_function"]
 

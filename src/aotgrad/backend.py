@@ -34,8 +34,8 @@ import torch.fx
 
 from . import compilers
 from .config import AotConfig
+from .core.symbolic import SymbolicLeaves, symbolic_leaves_of_examples
 from .module import compiled_module_forward
-from .symbolic import SymbolicLeaves, symbolic_leaves_of_examples
 
 __all__ = ["AotgradBackend", "aotgrad_backend", "aotgrad_inductor_backend", "backend"]
 
@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 def symbolic_leaves_of(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> SymbolicLeaves:
     """Which of a Dynamo graph's inputs Dynamo made symbolic, read off the placeholders'
     ``example_value`` (fake tensors with symbolic sizes, SymInts; the example inputs
-    themselves are real tensors): see :func:`aotgrad.symbolic.symbolic_leaves_of_examples`."""
+    themselves are real tensors): see :func:`aotgrad.core.symbolic.symbolic_leaves_of_examples`."""
     values = [n.meta.get("example_value") for n in gm.graph.find_nodes(op="placeholder")]
     return symbolic_leaves_of_examples(values if len(values) == len(example_inputs) else example_inputs)
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch.fx
 
-from .signature import is_tangent
+from .core.signature import is_tangent
 
 __all__ = [
     "InductorCompiler",
@@ -125,7 +125,7 @@ class InductorCompiler:
       importing Inductor takes seconds.
     * **Phase.** ``compile_fx_inner`` takes ``is_backward`` / ``is_inference`` flags. With
       ``phase="auto"`` (:data:`inductor`) a graph with a tangent placeholder
-      (:func:`aotgrad.signature.is_tangent`: tagged when the joint is traced, else named
+      (:func:`aotgrad.core.signature.is_tangent`: tagged when the joint is traced, else named
       ``tangents_*`` as torch names them) is compiled as a backward graph, any other graph
       as a training forward. Pass ``phase="inference"`` (:data:`inductor_inference`) as the
       ``inference_compiler`` to let Inductor apply its inference-only optimizations; the

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .core.symbolic import SymbolicLeaves
 from .partition import default_partition
-from .symbolic import SymbolicLeaves
 
 __all__ = ["AotConfig"]
 

@@ -24,13 +24,13 @@ import torch.utils._pytree as pytree
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from . import tracing
-from .aliasing import plan_input_aliasing
-from .analysis import Analysis, analyze
+from .core import tracing
+from .core.aliasing import plan_input_aliasing
+from .core.analysis import Analysis, analyze
+from .core.frontend import flatten_call, layout_for
+from .core.metadata import OutputType
+from .core.signature import GraphSignature, graph_outputs
 from .errors import AotgradCompileError
-from .frontend import flatten_call, layout_for
-from .metadata import OutputType
-from .signature import GraphSignature, graph_outputs
 
 __all__ = ["BackwardSignature", "ExportGraphSignature", "aot_export_joint_simple", "aot_export_module"]
 

@@ -1,6 +1,6 @@
 """Compiling ``nn.Module``s: :func:`aot_module` and :func:`aot_module_simplified`.
 
-Both are thin layers over aot_function's :class:`~aotgrad.dispatch.AotFunction`. A
+Both are thin layers over aot_function's :class:`~aotgrad.core.dispatch.AotFunction`. A
 module's parameters and buffers become the leading inputs of a pure function of
 ``(*state, *user_args)``; inside that function the module's tensors are temporarily swapped
 for the traced inputs and the module is called as usual. So:
@@ -39,7 +39,8 @@ import torch.fx.traceback as fx_traceback
 from torch import nn
 
 from .config import AotConfig
-from .dispatch import AotFunction
+from .core.dispatch import AotFunction
+from .core.symbolic import symbolic_leaves_of_examples
 from .errors import note_user_line
 from .module_state import (
     SnapshotCache,
@@ -48,7 +49,6 @@ from .module_state import (
     state_layout,
     swapped_state,
 )
-from .symbolic import symbolic_leaves_of_examples
 
 __all__ = ["AOTModule", "aot_module", "aot_module_simplified", "compiled_module_forward"]
 
@@ -127,10 +127,13 @@ class _CompiledForward:
         cache = self._cache
         if cache is None or not cache.valid():
             cache = self._cache = SnapshotCache(self.root)
-        entry = self.entries.get(cache.key)
-        if entry is None:
-            entry = self.entries[cache.key] = self._entry(cache.key)
-        layout, compiled = entry
+            entry = self.entries.get(cache.key)
+            if entry is None:
+                entry = self.entries[cache.key] = self._entry(cache.key)
+            # Kept on the snapshot: while it is valid, its key (a long tuple, hashed anew
+            # on every lookup) needs no dict lookup.
+            cache.entry = entry
+        layout, compiled = cache.entry
         try:
             result = compiled(*cache.state, *args, **kwargs)
         except Exception as e:

@@ -176,7 +176,7 @@ class SnapshotCache:
     ``_buffers``, and ``del module.name`` runs no hook. Both modify a dict, so both are seen.
     """
 
-    __slots__ = ("_fingerprint", "_guard", "dicts", "key", "modules", "state")
+    __slots__ = ("_fingerprint", "_guard", "dicts", "entry", "key", "modules", "state")
 
     def __init__(self, root: nn.Module) -> None:
         self.modules = tuple(_preorder(root))
@@ -184,6 +184,8 @@ class SnapshotCache:
         self.dicts = tuple(map(_state_dicts, self.modules))
         self._guard = state_guard(self.modules)
         self._fingerprint = None if self._guard is not None else _fingerprint(self.modules)
+        #: what the module tree's owner compiled for ``key`` (set by the owner)
+        self.entry: Any = None
 
     def valid(self) -> bool:
         if self._guard is not None:

@@ -41,8 +41,8 @@ import torch
 from torch import fx
 from torch.fx.experimental.symbolic_shapes import optimization_hint
 
-from .effects import is_effectful
-from .signature import graph_outputs, is_tangent
+from .core.effects import is_effectful
+from .core.signature import graph_outputs, is_tangent
 
 __all__ = [
     "REDUCTION_RECOMPUTE_MAX_NUMEL",

@@ -34,7 +34,7 @@ from torch.fx.experimental.symbolic_shapes import (
 )
 from torch.utils._sympy.printers import PythonPrinter
 
-from .errors import AotgradCompileError
+from ..errors import AotgradCompileError
 
 __all__ = [
     "ShapeGuard",

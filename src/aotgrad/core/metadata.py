@@ -1,6 +1,6 @@
 """What a traced program does to its inputs and how its outputs alias: ViewAndMutationMetadata.
 
-The analysis stage (:mod:`aotgrad.analysis`) produces one :class:`ViewAndMutationMetadata`
+The analysis stage (:mod:`aotgrad.core.analysis`) produces one :class:`ViewAndMutationMetadata`
 per compiled entry; every later stage (tracing, runtime) reads it and nothing writes it.
 
 Two index spaces, never mixed:
@@ -8,12 +8,12 @@ Two index spaces, never mixed:
 - **graph inputs**: the tensors the traced graph receives. ``input_info`` and
   ``mutated_input_indices`` are indexed by them.
 - **call inputs**: the distinct tensors of the caller's call (a tensor passed twice is one;
-  see :mod:`aotgrad.frontend`). ``OutputInfo.call_input_index`` (outputs that are or view an
+  see :mod:`aotgrad.core.frontend`). ``OutputInfo.call_input_index`` (outputs that are or view an
   input) is one of them, so the alias is rebuilt off the caller's own tensor.
 
-They coincide unless aliased inputs are merged into synthetic bases (:mod:`aotgrad.aliasing`).
+They coincide unless aliased inputs are merged into synthetic bases (:mod:`aotgrad.core.aliasing`).
 Where each value sits among the graphs' inputs and outputs is not recorded here but in the
-:class:`~aotgrad.signature.GraphSignature` built from this record.
+:class:`~aotgrad.core.signature.GraphSignature` built from this record.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ class ViewAndMutationMetadata:
 
     ``input_info`` is indexed by graph input, ``output_info`` by flattened user output.
     The positions these take among the graphs' inputs and outputs are the
-    :class:`~aotgrad.signature.GraphSignature`'s business. Everything a call needs is
+    :class:`~aotgrad.core.signature.GraphSignature`'s business. Everything a call needs is
     precomputed here so that it visits only the mutated inputs and the aliased outputs.
     """
 

@@ -1,6 +1,6 @@
 """Trace the functional forward, and the joint forward+backward, into FX graphs of ATen ops.
 
-The functional forward returns the outputs :class:`~aotgrad.signature.GraphSignature` lays
+The functional forward returns the outputs :class:`~aotgrad.core.signature.GraphSignature` lays
 out: the new value of each mutated input, each non-aliased user output, each intermediate base.
 The joint function
 ``joint(primals, tangents) -> [fw_outs, grads]`` follows the convention of
@@ -19,10 +19,10 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch._subclasses.functional_tensor import FunctionalTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from ..errors import AotgradCompileError, compile_error_from
 from .analysis import Analysis, from_functional, to_functional
 from .eager_rewrites import EagerRewrites
 from .effects import effects_as_ordered_nodes, is_effectful
-from .errors import AotgradCompileError, compile_error_from
 from .signature import GraphSignature, mark_tangents
 
 __all__ = ["JointGraph", "trace_inference", "trace_joint", "trace_loss_joint"]
@@ -96,7 +96,7 @@ class JointGraph:
     """The traced joint graph and the example inputs it was traced with.
 
     Placeholders are ``primals_*`` then ``tangents_*`` (tagged, see
-    :func:`~aotgrad.signature.mark_tangents`); the output is ``[fw_outs, grads]``, laid out
+    :func:`~aotgrad.core.signature.mark_tangents`); the output is ``[fw_outs, grads]``, laid out
     as ``signature`` says (forward outputs, then one gradient per primal).
     """
 

@@ -1,7 +1,7 @@
 """The calling convention of the compiled graphs: which value sits at which position.
 
 One :class:`GraphSignature` per compiled entry. The analysis builds its forward part from the
-:class:`~aotgrad.metadata.ViewAndMutationMetadata`; the partition step adds the saved values.
+:class:`~aotgrad.core.metadata.ViewAndMutationMetadata`; the partition step adds the saved values.
 Tracing, partitioning and the runtime read positions from it and never count them themselves.
 
 Forward graph outputs (an inference graph has the first three slices only)::

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from .config import AotConfig
+from ..config import AotConfig
 from .frontend import MISS, flatten_call
 from .pipeline import CompiledEntry, compile_entry
 
@@ -28,7 +28,7 @@ def _always_miss(args: tuple) -> Any:
 class AotFunction:
     """``fn`` compiled ahead of time; call it as you would call ``fn``.
 
-    ``entries`` lists the compiled specialisations (see :class:`~aotgrad.pipeline.CompiledEntry`:
+    ``entries`` lists the compiled specialisations (see :class:`~aotgrad.core.pipeline.CompiledEntry`:
     its ``metadata``, ``graphs`` and ``guard`` show what was captured).
     """
 

@@ -20,7 +20,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch._C._dynamo.guards import TensorGuards
 
-from .errors import AotgradCompileError
+from ..errors import AotgradCompileError
 from .metadata import ViewAndMutationMetadata
 from .symbolic import ShapeGuard, is_symbolic
 
@@ -82,7 +82,7 @@ class InputLayout:
     the index of its distinct input (the same object passed twice is one distinct input).
     ``distinct_tensors``: for each distinct input, its first tensor-leaf index. The distinct
     inputs are the graph's inputs unless some are merged into synthetic bases
-    (:mod:`aotgrad.aliasing`).
+    (:mod:`aotgrad.core.aliasing`).
     ``is_flat``: the call was ``fn(*tensors)`` with no kwargs and no constants, so the
     positional args are the tensor leaves themselves.
     ``symint_positions``: int leaves that are graph inputs (SymInts in a symbolic trace),

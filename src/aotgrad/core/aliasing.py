@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from .errors import AotgradCompileError
+from ..errors import AotgradCompileError
 from .metadata import OutputType, ViewAndMutationMetadata
 
 __all__ = ["InputAliasing", "SyntheticBase", "outputs_on_call_inputs", "plan_input_aliasing"]

@@ -1,6 +1,6 @@
 """Run the program once on fake functional tensors and record what it does: the analysis stage.
 
-The result, :class:`Analysis`, holds the :class:`~aotgrad.metadata.ViewAndMutationMetadata`
+The result, :class:`Analysis`, holds the :class:`~aotgrad.core.metadata.ViewAndMutationMetadata`
 (which inputs are mutated and how, what each output aliases) and the output pytree spec.
 Nothing here touches a real tensor: inputs are fake tensors made from the caller's.
 """
@@ -27,9 +27,9 @@ from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.overrides import TorchFunctionMode
 
+from ..errors import AotgradCompileError, compile_error_from, current_user_line
 from .eager_rewrites import EagerRewrites
 from .effects import effects_as_ordered_nodes
-from .errors import AotgradCompileError, compile_error_from, current_user_line
 from .metadata import InputInfo, OutputInfo, OutputType, ViewAndMutationMetadata
 from .signature import GraphSignature
 

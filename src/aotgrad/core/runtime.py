@@ -2,7 +2,7 @@
 
 :class:`CompiledRuntime` turns the compiled forward (and backward) into a callable over the
 call inputs. Every position it needs comes from the entry's
-:class:`~aotgrad.signature.GraphSignature`, read once here; a call then visits only the
+:class:`~aotgrad.core.signature.GraphSignature`, read once here; a call then visits only the
 mutated inputs and the aliased outputs.
 
 Order of effects in a call: run the forward; write back input mutations (data in the

@@ -21,14 +21,14 @@ import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
+from ..compilers import positional
+from ..config import AotConfig
+from ..context import compiling
+from ..partition import grad_tangent_dependencies, saved_values, tag_forward_nodes
 from .aliasing import InputAliasing, outputs_on_call_inputs, plan_input_aliasing
 from .analysis import Analysis, analyze, reject_inplace_on_leaves
-from .compilers import positional
-from .config import AotConfig
-from .context import compiling
 from .frontend import EntryGuard, InputLayout, layout_for
 from .metadata import OutputType, ViewAndMutationMetadata
-from .partition import grad_tangent_dependencies, saved_values, tag_forward_nodes
 from .runtime import BackwardSpec, CompiledRuntime
 from .signature import GraphSignature, graph_outputs
 from .symbolic import ShapeGuard, SymbolicLeaves, fake_graph_inputs, plan_symbolic
@@ -239,7 +239,7 @@ def _runtime_context(call: _AnalyzedCall) -> dict:
 def compile_entry(fn: Callable, leaves: list[Any], spec: pytree.TreeSpec, config: AotConfig) -> CompiledEntry:
     """Compile ``fn`` for a call with these flattened leaves; nothing real is mutated.
 
-    The sizes :func:`~aotgrad.symbolic.plan_symbolic` names are traced symbolically (the
+    The sizes :func:`~aotgrad.core.symbolic.plan_symbolic` names are traced symbolically (the
     entry then serves every call its shape guard admits). Where the symbolic trace fails
     (synthetic bases, which are static; a torch op whose symbolic kernel fails), the entry
     is traced static: the program's own errors are raised by that trace, as without
