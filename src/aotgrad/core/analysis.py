@@ -41,6 +41,7 @@ _TRACING_LIMITATIONS = (
 )
 
 _CONSTANT_OUTPUT_TYPES = (int, float, bool, str, complex, type(None), torch.dtype, torch.device, torch.Size)
+_SYMBOLIC_OUTPUT_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
 __all__ = ["Analysis", "analyze", "from_functional", "reject_inplace_on_leaves", "relative_view_metas", "to_functional"]
 
@@ -308,11 +309,9 @@ def analyze(
             user_output_of.setdefault(id(o), j)
     for j, o in enumerate(out_leaves):
         if not isinstance(o, torch.Tensor):
-            if isinstance(o, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-                # A size the program returns: the runtime evaluates it on each call.
-                output_info.append(OutputInfo(OutputType.non_tensor, False, constant=o))
-                continue
-            if not isinstance(o, _CONSTANT_OUTPUT_TYPES):
+            # A SymInt/SymFloat/SymBool is a size the program returns: the runtime evaluates
+            # it on each call; any other constant is returned as traced.
+            if not isinstance(o, _CONSTANT_OUTPUT_TYPES + _SYMBOLIC_OUTPUT_TYPES):
                 raise AotgradCompileError(
                     f"aotgrad: output {j} has type {type(o).__name__}; outputs must be tensors "
                     "or int/float/bool/str/None inside tuples, lists and dicts (register other "
