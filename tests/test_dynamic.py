@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import re
 
 import pytest
 import torch
@@ -302,3 +303,29 @@ def test_a_size_the_trace_specialised_leaves_no_symint_in_real_tensors():
     x = torch.randn(1, 3)
     _, same = cf(x)
     assert same is x and x.clone().shape == (1, 1, 3)
+
+
+def test_dynamo_symbols_stay_symbolic_and_equal_sizes_share_one():
+    """What Dynamo made symbolic, aotgrad's trace keeps symbolic (no guard pins a size to a
+    number beyond 0/1), and sizes Dynamo knows equal (``x + y``, ``x.shape[0]`` passed as a
+    SymInt input) are one symbol: the shape guard relates them instead of re-checking each."""
+    returned = []
+    be = backend(nop)
+
+    def recording(gm, example_inputs):
+        returned.append(be(gm, example_inputs))
+        return returned[-1]
+
+    def f(x, y):
+        return (x + y).sum(0) * x.shape[0]
+
+    cf = torch.compile(f, backend=recording, dynamic=True)
+    for n, m in ((3, 4), (5, 4), (9, 6), (2, 7)):
+        x, y = torch.randn(n, m), torch.randn(n, m)
+        torch.testing.assert_close(cf(x, y), f(x, y))
+    torch._dynamo.reset()
+    assert len(returned) == 1
+    (entry,) = [e for _, compiled in returned[0].entries.values() for e in compiled.entries]
+    guards = entry.guard.shape_guard.guards
+    assert not [g for g in guards if re.search(r"== \d+\b", g)], guards
+    assert "t1.size(0) == t0.size(0)" in guards and "t2 == t0.size(0)" in guards, guards
