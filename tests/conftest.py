@@ -16,3 +16,38 @@ def shapes(request):
     eager_compare.SHAPES["mode"] = request.param
     yield request.param
     eager_compare.SHAPES["mode"] = "static"
+
+
+@pytest.fixture(params=["plain", "two_tensor"])
+def tensor_types(request):
+    """Runs a test on plain tensors, then with every factory-made input a ``TwoTensor``
+    (see ``eager_compare.check``). Modules opt in with
+    ``pytestmark = pytest.mark.usefixtures("tensor_types")``."""
+    eager_compare.TENSOR_TYPES["mode"] = request.param
+    yield request.param
+    eager_compare.TENSOR_TYPES["mode"] = "plain"
+
+
+#: test_core cases that still differ from eager when every input is a TwoTensor (strict
+#: xfail: a fix shows up as an XPASS). Keyed by test name and a part of its parameter id.
+TWO_TENSOR_KNOWN = {
+    ("test_mutation_through_view_of_input", ""): "the joint trace of in-place ops on views of a "
+    "non-leaf TwoTensor builds a TwoTensor whose inner tensors' storage offsets differ "
+    "(functionalization runs above the subclass; torch runs it below); not strict: it passes "
+    "after some other tests ran in the same process, so it depends on global state",
+    ("test_alias_output_backward_and_later_mutation", ""): "mutating a returned view of a "
+    "TwoTensor input does not make the later backward raise as eager's does (version counter "
+    "of the saved subclass)",
+    ("test_output_aliases_intermediate", "view_under_no_grad"): "the detach()ed view comes back "
+    "as a new wrapper, not sharing the intermediate's (outer, data-less) storage",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is None or callspec.params.get("tensor_types") != "two_tensor":
+            continue
+        for (name, part), why in TWO_TENSOR_KNOWN.items():
+            if item.originalname == name and part in callspec.id:
+                item.add_marker(pytest.mark.xfail(reason=why, strict="not strict" not in why))

@@ -14,6 +14,8 @@ from typing import Any, Callable
 import torch
 import torch.utils._pytree as pytree
 from torch.overrides import TorchFunctionMode
+from torch.testing._internal.two_tensor import TwoTensor
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 import aotgrad
 from aotgrad.compilers import nop
@@ -22,6 +24,11 @@ from aotgrad.compilers import nop
 #: :func:`check` compiles with ``dynamic=True`` and checks again on inputs of two other sizes,
 #: asserting that they compile no new entry.
 SHAPES = {"mode": "static"}
+
+#: "plain" or "two_tensor"; set by the ``tensor_types`` fixture (conftest.py). With
+#: "two_tensor", :func:`check` builds every factory-made input as a ``TwoTensor`` and compares
+#: both inner tensors of every subclass value too.
+TENSOR_TYPES = {"mode": "plain"}
 
 _FACTORIES = {torch.randn, torch.rand, torch.zeros, torch.ones, torch.empty, torch.arange, torch.eye}
 
@@ -46,6 +53,31 @@ class _Resized(TorchFunctionMode):
         if func in _FACTORIES:
             args = tuple(self._grow(a) for a in args)
         return func(*args, **kwargs)
+
+
+class _AsTwoTensor(TorchFunctionMode):
+    """Factory calls make ``TwoTensor``s (two inner tensors, every op run on both): the
+    first inner tensor is the factory's tensor, the second a scaled copy (so that a mix-up
+    of the two shows); ``requires_grad`` goes on the subclass, not its inner tensors."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if func not in _FACTORIES:
+            return func(*args, **kwargs)
+        requires_grad = kwargs.pop("requires_grad", False)
+        a = func(*args, **kwargs)  # the mode is off inside its own __torch_function__
+        b = a.clone().mul_(0.5) if a.is_floating_point() else a.clone()
+        return TwoTensor(a, b).requires_grad_(requires_grad)
+
+
+def as_two_tensors(make: Callable[[], Any]) -> Callable[[], Any]:
+    """``make`` with every tensor it creates from a factory a ``TwoTensor``."""
+
+    def make_two_tensors() -> Any:
+        with _AsTwoTensor():
+            return make()
+
+    return make_two_tensors
 
 
 def resized(make: Callable[[], Any], k: int) -> Callable[[], Any]:
@@ -108,6 +140,14 @@ def assert_tensor_equal(a: Any, b: Any, what: str, check_stride: bool = True) ->
         assert a.storage_offset() == b.storage_offset(), f"{what}: storage_offset"
     assert a.requires_grad == b.requires_grad, f"{what}: requires_grad {a.requires_grad} vs {b.requires_grad}"
     assert (a.grad_fn is None) == (b.grad_fn is None), f"{what}: grad_fn presence {a.grad_fn} vs {b.grad_fn}"
+    if is_traceable_wrapper_subclass(a):
+        assert type(b) is type(a), f"{what}: eager gave a {type(a).__name__}, compiled a {type(b).__name__}"
+        attrs, ctx = a.__tensor_flatten__()
+        b_attrs, b_ctx = b.__tensor_flatten__()
+        assert (list(attrs), ctx) == (list(b_attrs), b_ctx), f"{what}: flattens to {b_attrs}, {b_ctx!r}"
+        for name in attrs:
+            assert_tensor_equal(getattr(a, name), getattr(b, name), f"{what}.{name}", check_stride)
+        return
     torch.testing.assert_close(a.detach(), b.detach(), equal_nan=True, msg=lambda m: f"{what}: {m}")
 
 
@@ -144,6 +184,8 @@ def check(
     (the program's outputs depend on a size: ``unbind`` returns one tensor per row) or the
     entry says why it is static (``CompiledEntry.static_reason``: synthetic bases).
     """
+    if TENSOR_TYPES["mode"] == "two_tensor":
+        make_inputs = as_two_tensors(make_inputs)
     if SHAPES["mode"] == "dynamic" and compiled is None:
         compiled = aotgrad.aot_function(fn, nop, dynamic=True)
         _check_once(fn, make_inputs, backward, mutate_outputs, compiled, grad_mode)

@@ -11,7 +11,7 @@ import aotgrad
 from aotgrad import OutputType
 from aotgrad.compilers import nop
 
-pytestmark = pytest.mark.usefixtures("shapes")
+pytestmark = pytest.mark.usefixtures("shapes", "tensor_types")
 
 
 def rg(*shape, requires_grad=True):

@@ -1,6 +1,8 @@
-"""Tensor-subclass inputs (issue 11, begun): a ``__tensor_flatten__`` wrapper subclass
-(``TwoTensor``) flows through aotgrad's graphs as it is (not yet flattened to its inner
-tensors), which the nop compiler runs correctly. Compared with eager by ``check``."""
+"""Tensor subclasses (issue 11): a ``__tensor_flatten__`` wrapper subclass (``TwoTensor``)
+is one tensor to analysis, autograd and the runtime, and its inner tensors to the compilers:
+every graph a compiler gets takes and returns plain tensors. Compared with eager by
+``check``; test_core runs its whole eager comparison with TwoTensor inputs too (the
+``tensor_types`` fixture)."""
 
 from __future__ import annotations
 
@@ -47,3 +49,73 @@ def test_both_inner_tensors_match_eager(name):
         assert torch.equal(e.a, c.a) and torch.equal(e.b, c.b)
     for e, c in zip(eager_in, comp_in):  # inputs after the call (mutations)
         assert torch.equal(e.a, c.a) and torch.equal(e.b, c.b)
+
+
+class _Recording:
+    def __init__(self):
+        self.examples = []
+
+    def __call__(self, gm, example_inputs):
+        self.examples.append(list(example_inputs))
+        return gm
+
+
+def test_compilers_get_graphs_over_the_inner_tensors():
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    import aotgrad
+
+    rec = _Recording()
+    x, w = two(3, requires_grad=True), two(3, requires_grad=True)
+    out = aotgrad.aot_function(lambda x, w: (x * w).sin().sum(), rec)(x, w)
+    out.backward()
+    assert len(rec.examples) == 2  # forward and backward
+    for example in rec.examples:
+        assert example and not any(is_traceable_wrapper_subclass(t) for t in example)
+    assert len(rec.examples[0]) == 4  # x.a, x.b, w.a, w.b
+    assert type(out) is TwoTensor and type(x.grad) is TwoTensor
+    ex, ew = TwoTensor(x.a.clone(), x.b.clone()).requires_grad_(), TwoTensor(w.a.clone(), w.b.clone()).requires_grad_()
+    (ex * ew).sin().sum().backward()
+    assert torch.equal(ex.grad.a, x.grad.a) and torch.equal(ex.grad.b, x.grad.b)
+
+
+def test_unused_subclass_output_gets_a_zero_tangent_of_its_type():
+    import aotgrad
+    from aotgrad.compilers import nop
+
+    def f(x):
+        return x.sin(), x.cos()
+
+    x = two(3, requires_grad=True)
+    a, _ = aotgrad.aot_function(f, nop)(x)
+    a.sum().backward()  # autograd passes None for the second output's gradient
+    ex = TwoTensor(x.a.clone(), x.b.clone()).requires_grad_()
+    f(ex)[0].sum().backward()
+    assert torch.equal(ex.grad.a, x.grad.a) and torch.equal(ex.grad.b, x.grad.b)
+
+
+def test_a_plain_gradient_for_a_subclass_output_is_refused_clearly():
+    import aotgrad
+    from aotgrad.compilers import nop
+
+    x = two(3, requires_grad=True)
+    out = aotgrad.aot_function(lambda x: x * 2, nop)(x)
+    with pytest.raises(RuntimeError, match="TwoTensor"):
+        out.backward(torch.ones(3))
+
+
+@pytest.mark.slow
+def test_inductor_compiles_subclass_programs():
+    import aotgrad
+    from aotgrad.compilers import inductor
+
+    x, w = two(4, 3, requires_grad=True), two(3, 2, requires_grad=True)
+    out = aotgrad.aot_function(lambda x, w: torch.relu(x @ w).sum(), inductor)(x, w)
+    out.backward()
+    ex, ew = TwoTensor(x.a.clone(), x.b.clone()).requires_grad_(), TwoTensor(w.a.clone(), w.b.clone()).requires_grad_()
+    e = torch.relu(ex @ ew).sum()
+    e.backward()
+    torch.testing.assert_close(out.a, e.a)
+    torch.testing.assert_close(out.b, e.b)
+    torch.testing.assert_close(x.grad.a, ex.grad.a)
+    torch.testing.assert_close(w.grad.b, ew.grad.b)

@@ -26,12 +26,14 @@ from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTens
 from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from ..errors import AotgradCompileError, compile_error_from, current_user_line
 from .eager_rewrites import EagerRewrites
 from .effects import effects_as_ordered_nodes
 from .metadata import InputInfo, OutputInfo, OutputType, ViewAndMutationMetadata
 from .signature import GraphSignature
+from .subclasses import TensorStructure
 
 _TRACING_LIMITATIONS = (
     DataDependentOutputException,
@@ -64,6 +66,9 @@ class Analysis:
     forward_output_avals: tuple[tuple[tuple[int, ...], torch.dtype, torch.device], ...]
     #: where the functional forward's outputs sit (no saved values yet)
     signature: GraphSignature
+    #: per output of the functional forward, its structure where it is a tensor subclass
+    #: (its tangent is traced as that subclass, as eager's gradient is), else None
+    forward_output_subclasses: tuple[TensorStructure | None, ...] = ()
 
 
 def to_functional(t: Any) -> Any:
@@ -400,7 +405,13 @@ def analyze(
     )
     avals = tuple((tuple(v.shape), v.dtype, v.device) for v in fw_values)
     signature = forward_outputs.with_tangents(metadata, [v.dtype for v in fw_values])
-    return Analysis(metadata, out_spec, tuple(base_sources), avals, signature)
+    subclasses = tuple(_subclass_structure(v) for v in fw_values)
+    return Analysis(metadata, out_spec, tuple(base_sources), avals, signature, subclasses)
+
+
+def _subclass_structure(value: torch.Tensor) -> TensorStructure | None:
+    value = from_functional(value)
+    return TensorStructure.of(value) if is_traceable_wrapper_subclass(value) else None
 
 
 def _made_under_no_grad(t: torch.Tensor) -> bool:

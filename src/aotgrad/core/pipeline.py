@@ -31,6 +31,7 @@ from .frontend import EntryGuard, InputLayout, layout_for
 from .metadata import OutputType, ViewAndMutationMetadata
 from .runtime import BackwardSpec, CompiledRuntime
 from .signature import GraphSignature, graph_outputs
+from .subclasses import SubclassBoundary, holds_subclass, subclass_boundary
 from .symbolic import ShapeGuard, SymbolicLeaves, fake_graph_inputs, plan_symbolic
 from .tracing import trace_inference, trace_joint
 
@@ -143,6 +144,8 @@ def _analyze_call(
     fn: Callable, layout: InputLayout, call_inputs: list[Any], grad_enabled: bool, symbolic: SymbolicLeaves | None
 ) -> _AnalyzedCall:
     """Analysis, then synthetic bases (and a second analysis over them) where needed."""
+    if symbolic is not None and holds_subclass(call_inputs):
+        raise _NeedsStaticTrace("tensor subclass inputs are traced with static shapes")
     fake_mode = _fake_mode(symbolic)
     fake_call = _fake_call(layout, call_inputs, symbolic, fake_mode)
     program = layout.program_of(fn)
@@ -186,16 +189,18 @@ def _compile_training(call: _AnalyzedCall, config: AotConfig, graphs: dict) -> t
         for k, node in enumerate(saved_tensors)
         if node in placeholders and placeholders.index(node) in data_mutated
     )
-    with compiling("forward"):
-        fw_compiled = config.fw_compiler(fw_module, list(joint.primals))
+    fw_compiled, _ = _compile_graph("forward", config.fw_compiler, fw_module, list(joint.primals), call.fake_mode)
     fw_callable = _detaching(fw_compiled, _view_outputs(fw_module, md, signature))
     bw_inputs = [n.meta.get("val") for n in bw_module.graph.find_nodes(op="placeholder")]
-    with compiling("backward"):
-        bw_callable = config.bw_compiler(bw_module, bw_inputs)
+    bw_callable, bw_boundary = _compile_graph("backward", config.bw_compiler, bw_module, bw_inputs, call.fake_mode)
+    first_tangent = len(bw_inputs) - len(signature.tangents)
     avals = call.analysis.forward_output_avals
     backward = BackwardSpec(
         bw_callable=positional(bw_callable),
         tangent_meta=tuple(avals[p] for p in signature.tangents),
+        tangent_zeros=() if bw_boundary is None else tuple(
+            bw_boundary.zeros_of_input(first_tangent + k) for k in range(len(signature.tangents))
+        ),
         saved_inputs_to_clone=to_clone,
         grad_tangent_deps=grad_tangent_dependencies(bw_module),
     )
@@ -220,10 +225,27 @@ def _compile_inference(call: _AnalyzedCall, config: AotConfig, graphs: dict, gra
     graphs["inference"] = gm
     with call.fake_mode:
         example = [t.detach() if isinstance(t, torch.Tensor) else t for t in call.fake_inputs]
-    with compiling("inference"):
-        compiled = config.inference_compiler(gm, example)
+    compiled, _ = _compile_graph("inference", config.inference_compiler, gm, example, call.fake_mode)
     fw_callable = _detaching(compiled, _view_outputs(gm, md, signature))
     return CompiledRuntime(md, signature, call.analysis.out_spec, positional(fw_callable), None, **_runtime_context(call))
+
+
+def _compile_graph(
+    kind: str, compiler: Callable, gm: torch.fx.GraphModule, example: list[Any], fake_mode: FakeTensorMode
+) -> tuple[Callable, SubclassBoundary | None]:
+    """``compiler(gm, example)`` under the compilation context, as a positional callable.
+
+    A graph with tensor-subclass inputs or outputs is handed to the compiler retraced over
+    the subclasses' inner tensors, and the result wrapped back (:mod:`.subclasses`); the
+    boundary is returned too (None without subclasses)."""
+    boundary = subclass_boundary(gm, example, fake_mode)
+    if boundary is None:
+        with compiling(kind):
+            return positional(compiler(gm, example)), None
+    log.debug("aotgrad: %s graph over tensor subclasses: %r", kind, boundary)
+    with compiling(kind):
+        compiled = compiler(boundary.graph, boundary.example_inputs)
+    return boundary.wrap(positional(compiled)), boundary
 
 
 def _runtime_context(call: _AnalyzedCall) -> dict:

@@ -238,6 +238,9 @@ class BackwardSpec:
     saved_inputs_to_clone: tuple[int, ...]
     #: per backward output, the tangent indices it depends on
     grad_tangent_deps: tuple[frozenset[int], ...] = ()
+    #: per tangent, a maker of its zero value where that is a tensor subclass (else None,
+    #: or empty when no tangent is): autograd's None becomes a zero of the traced type
+    tangent_zeros: tuple[Callable[[], torch.Tensor] | None, ...] = ()
 
 
 def _make_function(
@@ -256,6 +259,7 @@ def _make_function(
     tangent_meta = spec.tangent_meta
     to_clone = spec.saved_inputs_to_clone
     grad_tangent_deps = spec.grad_tangent_deps
+    tangent_zeros = spec.tangent_zeros or (None,) * len(tangent_meta)
 
     # A symbolic entry's tangent shapes are read off each call's forward outputs.
     symbolic_tangents = any(holds_sym(shape) for shape, _, _ in tangent_meta)
@@ -283,10 +287,13 @@ def _make_function(
         def backward(ctx, *grad_outputs):  # type: ignore[override]
             tangents = []
             missing = []
-            for k, (p, (shape, dtype, device)) in enumerate(zip(tangent_positions, tangent_meta)):
+            for k, (p, (shape, dtype, device), zeros) in enumerate(zip(tangent_positions, tangent_meta, tangent_zeros)):
                 g = grad_outputs[p]
                 if g is None:
-                    g = torch.zeros(ctx.tangent_shapes[k] if symbolic_tangents else shape, dtype=dtype, device=device)
+                    if zeros is not None:
+                        g = zeros()
+                    else:
+                        g = torch.zeros(ctx.tangent_shapes[k] if symbolic_tangents else shape, dtype=dtype, device=device)
                     missing.append(k)
                 elif not g.is_contiguous():
                     g = g.contiguous()

@@ -25,7 +25,7 @@ from .eager_rewrites import EagerRewrites
 from .effects import effects_as_ordered_nodes, is_effectful
 from .signature import GraphSignature, mark_tangents
 
-__all__ = ["JointGraph", "trace_inference", "trace_joint", "trace_loss_joint"]
+__all__ = ["JointGraph", "trace_function", "trace_inference", "trace_joint", "trace_loss_joint"]
 
 Program = Callable[..., tuple[list[Any], Any]]
 
@@ -91,6 +91,12 @@ def _trace(fn: Callable, args: tuple, decompositions: dict | None, fake_mode: Fa
     return gm
 
 
+def trace_function(fn: Callable, args: tuple, fake_mode: FakeTensorMode) -> torch.fx.GraphModule:
+    """``fn`` (already functional: a traced graph, wrapped) traced again over ``args``, fake
+    tensors of ``fake_mode``, without decompositions; flat positional placeholders."""
+    return _trace(fn, args, None, fake_mode)
+
+
 @dataclass(frozen=True)
 class JointGraph:
     """The traced joint graph and the example inputs it was traced with.
@@ -120,8 +126,13 @@ def trace_joint(
 
     avals = analysis.forward_output_avals
     tangent_positions = signature.tangents
+    subclasses = analysis.forward_output_subclasses or (None,) * len(avals)
     with fake_mode:
-        tangents = [torch.empty(avals[p][0], dtype=avals[p][1], device=avals[p][2]) for p in tangent_positions]
+        tangents = [
+            torch.empty(avals[p][0], dtype=avals[p][1], device=avals[p][2]) if subclasses[p] is None
+            else subclasses[p].zeros()
+            for p in tangent_positions
+        ]
     grad_inputs = tuple(i for i, t in enumerate(primals) if isinstance(t, torch.Tensor) and t.requires_grad)
 
     def joint(primals: list, tangents: list) -> list:

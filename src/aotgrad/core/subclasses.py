@@ -1,0 +1,218 @@
+"""Tensor subclasses at the compilers' boundary: graphs over their inner tensors.
+
+Analysis, tracing, partitioning and the runtime see a wrapper subclass (one implementing
+``__tensor_flatten__`` / ``__tensor_unflatten__``: ``TwoTensor``, DTensor...) as one tensor,
+so mutations, aliasing and autograd are handled at the level the user sees, exactly as for
+plain tensors. The graphs handed to the user's compilers, though, take and return plain
+tensors only: :func:`subclass_boundary` retraces a graph whose inputs or outputs are
+subclasses with every subclass value replaced by its inner tensors (each op dispatched
+through the subclass's ``__torch_dispatch__`` becomes the ops on its inner tensors), and
+:meth:`SubclassBoundary.wrap` turns the compiled flat graph back into a callable over the
+subclass values: it flattens each call's subclass inputs and rebuilds the subclass outputs.
+
+Invariant: a subclass value's structure (its type, ``__tensor_flatten__`` context and inner
+tensors' structure) is fixed per entry; a call whose structure differs raises (it is never
+run through a graph traced for another structure).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+from ..errors import AotgradCompileError
+from .signature import JOINT_INPUT_KIND, graph_outputs
+
+__all__ = ["SubclassBoundary", "TensorStructure", "holds_subclass", "subclass_boundary"]
+
+
+@dataclass(frozen=True)
+class TensorStructure:
+    """How one tensor value flattens: a plain tensor (``cls`` None) is its own single leaf; a
+    wrapper subclass is ``cls.__tensor_unflatten__`` over its inner tensors ``attrs``
+    (each with its own structure) and ``ctx``, with outer ``size``/``stride``."""
+
+    cls: type | None
+    ctx: Any
+    attrs: tuple[str, ...]
+    inner: tuple[TensorStructure, ...]
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+    device: torch.device
+
+    @staticmethod
+    def of(t: torch.Tensor) -> TensorStructure:
+        size, stride = tuple(t.shape), tuple(t.stride())
+        if not is_traceable_wrapper_subclass(t):
+            return TensorStructure(None, None, (), (), size, stride, t.dtype, t.device)
+        attrs, ctx = t.__tensor_flatten__()
+        inner = tuple(TensorStructure.of(getattr(t, a)) for a in attrs)
+        return TensorStructure(type(t), ctx, tuple(attrs), inner, size, stride, t.dtype, t.device)
+
+    @property
+    def num_leaves(self) -> int:
+        return 1 if self.cls is None else sum(s.num_leaves for s in self.inner)
+
+    def flatten(self, t: torch.Tensor, out: list[Any]) -> None:
+        """Append ``t``'s inner tensors to ``out``; raise when ``t`` is structured otherwise."""
+        if self.cls is None:
+            if is_traceable_wrapper_subclass(t):
+                raise RuntimeError(
+                    f"aotgrad: a {type(t).__name__} arrived where the compiled graph was traced for "
+                    "a plain tensor (e.g. a gradient of another type than the output it belongs "
+                    "to); pass a plain tensor there."
+                )
+            out.append(t)
+            return
+        if type(t) is not self.cls:
+            raise RuntimeError(
+                f"aotgrad: a {type(t).__name__} arrived where the compiled graph was traced for a "
+                f"{self.cls.__name__}; pass a {self.cls.__name__} (as torch does, a gradient must "
+                "have the tensor type of its output)."
+            )
+        attrs, ctx = t.__tensor_flatten__()
+        if tuple(attrs) != self.attrs or ctx != self.ctx:
+            raise RuntimeError(
+                f"aotgrad: this {self.cls.__name__} flattens to {list(attrs)} with context {ctx!r}; "
+                f"the compiled graph was traced for {list(self.attrs)} with {self.ctx!r}. Recompile "
+                "for the new layout (a new aot_function)."
+            )
+        for a, s in zip(self.attrs, self.inner):
+            s.flatten(getattr(t, a), out)
+
+    def rebuild(self, leaves: Iterator[Any]) -> torch.Tensor:
+        """The tensor this structure describes, over the next inner tensors of ``leaves``."""
+        if self.cls is None:
+            return next(leaves)
+        inner = {a: s.rebuild(leaves) for a, s in zip(self.attrs, self.inner)}
+        return self.cls.__tensor_unflatten__(inner, self.ctx, self.size, self.stride)
+
+    def zeros(self) -> torch.Tensor:
+        """A zero tensor of this structure (a gradient autograd passed as None)."""
+        return self.rebuild(iter(self._zero_leaves()))
+
+    def _zero_leaves(self) -> list[torch.Tensor]:
+        if self.cls is None:
+            return [torch.empty_strided(self.size, self.stride, dtype=self.dtype, device=self.device).zero_()]
+        return [z for s in self.inner for z in s._zero_leaves()]
+
+    def __repr__(self) -> str:
+        if self.cls is None:
+            return f"Tensor{list(self.size)}"
+        inner = ", ".join(f"{a}={s!r}" for a, s in zip(self.attrs, self.inner))
+        return f"{self.cls.__name__}{list(self.size)}({inner})"
+
+
+def holds_subclass(values: Sequence[Any]) -> bool:
+    """Whether any of ``values`` is a traceable wrapper subclass tensor."""
+    return any(isinstance(v, torch.Tensor) and is_traceable_wrapper_subclass(v) for v in values)
+
+
+def _structures(values: Sequence[Any]) -> tuple[TensorStructure | None, ...]:
+    return tuple(TensorStructure.of(v) if isinstance(v, torch.Tensor) else None for v in values)
+
+
+def _flatten_all(values: Sequence[Any], structures: Sequence[TensorStructure | None]) -> list[Any]:
+    flat: list[Any] = []
+    for v, s in zip(values, structures, strict=True):
+        if s is None:
+            flat.append(v)
+        else:
+            s.flatten(v, flat)
+    return flat
+
+
+def _rebuild_all(flat: Sequence[Any], structures: Sequence[TensorStructure | None]) -> list[Any]:
+    leaves = iter(flat)
+    return [next(leaves) if s is None else s.rebuild(leaves) for s in structures]
+
+
+@dataclass(frozen=True)
+class SubclassBoundary:
+    """A graph over subclass values, retraced over their inner tensors.
+
+    ``graph`` takes the inputs' inner tensors in order (a plain tensor or non-tensor input
+    is one leaf) and returns the outputs' inner tensors; ``inputs`` and ``outputs`` are the
+    outer graph's per-value structures (None for a non-tensor), ``example_inputs`` the
+    flattened example inputs the compiler gets.
+    """
+
+    graph: torch.fx.GraphModule
+    example_inputs: list[Any]
+    inputs: tuple[TensorStructure | None, ...]
+    outputs: tuple[TensorStructure | None, ...]
+
+    def wrap(self, compiled: Callable) -> Callable:
+        """``compiled`` (the compiler's result for :attr:`graph`, positional) as a callable
+        over the outer graph's inputs and outputs."""
+        inputs, outputs = self.inputs, self.outputs
+
+        def over_subclasses(*args: Any) -> list[Any]:
+            return _rebuild_all(compiled(*_flatten_all(args, inputs)), outputs)
+
+        return over_subclasses
+
+    def zeros_of_input(self, k: int) -> Callable[[], torch.Tensor] | None:
+        """For a subclass input ``k`` (a tangent), a maker of its zero value; else None."""
+        s = self.inputs[k]
+        return None if s is None or s.cls is None else s.zeros
+
+    def __repr__(self) -> str:
+        return f"SubclassBoundary(inputs={list(self.inputs)}, outputs={list(self.outputs)})"
+
+
+def subclass_boundary(
+    gm: torch.fx.GraphModule, example_inputs: Sequence[Any], fake_mode: FakeTensorMode
+) -> SubclassBoundary | None:
+    """``gm`` retraced over inner tensors when a subclass is among its example inputs or
+    outputs (see the module docstring); None when there is none. ``example_inputs`` are
+    fake tensors of ``fake_mode`` (with static sizes)."""
+    out_vals = [o.meta.get("val") if isinstance(o, torch.fx.Node) else o for o in graph_outputs(gm)]
+    if not holds_subclass(example_inputs) and not holds_subclass(out_vals):
+        return None
+    from .tracing import (
+        trace_function,  # here: tracing imports analysis, which imports this module
+    )
+
+    inputs = _structures(example_inputs)
+    kinds = [n.meta.get(JOINT_INPUT_KIND) for n in gm.graph.find_nodes(op="placeholder")]
+    outputs: list[TensorStructure | None] = []
+
+    def over_inner_tensors(*flat: Any) -> list[Any]:
+        outs = gm(*_rebuild_all(flat, inputs))
+        outputs[:] = _structures(outs)
+        return _flatten_all(outs, outputs)
+
+    flat_examples = _flatten_all(example_inputs, inputs)
+    with torch.no_grad():
+        flat_gm = trace_function(over_inner_tensors, tuple(flat_examples), fake_mode)
+    _check_functional(flat_gm, inputs)
+    placeholders = iter(flat_gm.graph.find_nodes(op="placeholder"))
+    for s, kind in zip(inputs, kinds, strict=True):
+        for _ in range(1 if s is None else s.num_leaves):
+            node = next(placeholders)
+            if kind is not None:
+                node.meta[JOINT_INPUT_KIND] = kind
+    return SubclassBoundary(flat_gm, flat_examples, inputs, tuple(outputs))
+
+
+def _check_functional(gm: torch.fx.GraphModule, inputs: Sequence[TensorStructure | None]) -> None:
+    """A subclass whose ``__torch_dispatch__`` mutates its inner tensors would make the
+    flat graph impure, which no compiler expects: refuse it, naming the subclass and op."""
+    for node in gm.graph.nodes:
+        target = node.target
+        if node.op == "call_function" and isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
+            names = sorted({s.cls.__name__ for s in inputs if s is not None and s.cls is not None})
+            raise AotgradCompileError(
+                f"aotgrad: the tensor subclass {', '.join(names) or '(output)'} runs the in-place op "
+                f"{target} on its inner tensors inside a functional graph; aotgrad cannot flatten "
+                "it for the compiler. Make its __torch_dispatch__ functional (or use the nop "
+                "compiler on the unflattened graph)."
+            )
