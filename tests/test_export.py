@@ -225,7 +225,8 @@ def test_compilers_see_the_compilation_context():
 TORCH_NAMES_WE_HAVE = [
     "aot_function", "aot_module", "aot_module_simplified", "aot_export_module", "aot_export_joint_simple",
     "compiled_function", "compiled_module", "make_boxed_compiler", "make_boxed_func", "default_partition",
-    "min_cut_rematerialization_partition", "get_aot_compilation_context", "get_aot_graph_name", "set_model_name",
+    "min_cut_rematerialization_partition", "get_aot_compilation_context", "get_aot_graph_name", "get_graph_being_compiled",
+    "set_model_name",
     "nop", "print_compile", "default_decompositions",
 ]
 

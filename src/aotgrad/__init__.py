@@ -16,7 +16,7 @@ from .compilers import (
     print_compile,
 )
 from .config import AotConfig
-from .context import get_aot_compilation_context, get_aot_graph_name, set_model_name
+from .context import get_aot_compilation_context, get_aot_graph_name, get_graph_being_compiled, set_model_name
 from .core.dispatch import AotFunction
 from .core.metadata import InputInfo, OutputInfo, OutputType, ViewAndMutationMetadata
 from .core.signature import ForwardOutput, GraphSignature
@@ -60,6 +60,7 @@ __all__ = [
     "default_partition",
     "get_aot_compilation_context",
     "get_aot_graph_name",
+    "get_graph_being_compiled",
     "make_boxed_compiler",
     "make_boxed_func",
     "min_cut_rematerialization_partition",

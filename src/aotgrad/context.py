@@ -15,7 +15,9 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-__all__ = ["compiling", "get_aot_compilation_context", "get_aot_graph_name", "set_model_name"]
+__all__ = [
+    "compiling", "get_aot_compilation_context", "get_aot_graph_name", "get_graph_being_compiled", "set_model_name",
+]
 
 
 @dataclass(frozen=True)
@@ -64,3 +66,7 @@ def get_aot_graph_name() -> str:
     graphs, model, n = get_aot_compilation_context()
     return f"{model}__{'_'.join(graphs)}_{n}"
 
+
+
+#: torch's other name for :func:`get_aot_graph_name`
+get_graph_being_compiled = get_aot_graph_name
