@@ -4,8 +4,8 @@ import sys
 sys.path.insert(0, os.path.dirname(__file__))
 
 
-import eager_compare  # noqa: E402
-import pytest  # noqa: E402
+import eager_compare
+import pytest
 
 
 @pytest.fixture(params=["static", "dynamic"])

@@ -119,3 +119,55 @@ def test_inductor_compiles_subclass_programs():
     torch.testing.assert_close(out.b, e.b)
     torch.testing.assert_close(x.grad.a, ex.grad.a)
     torch.testing.assert_close(w.grad.b, ew.grad.b)
+
+
+@pytest.fixture
+def one_rank_mesh():
+    """A one-process gloo group on the loopback address (a free port) and its CPU mesh,
+    torn down after the test."""
+    import datetime
+    import os
+    import socket
+
+    import torch.distributed as dist
+    from torch.distributed.tensor import DeviceMesh
+
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("torch.distributed with gloo is not available")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=0, world_size=1, timeout=datetime.timedelta(seconds=60))
+    try:
+        yield DeviceMesh("cpu", [0])
+    finally:
+        dist.destroy_process_group()
+
+
+def test_dtensor_inputs_values_grads_and_placements_match_eager(one_rank_mesh):
+    """DTensor (flattens to its local tensor plus an opaque device mesh; a Partial output's
+    gradient arrives Replicate, which the traced tangent follows) on a one-rank mesh."""
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    import aotgrad
+
+    rec = _Recording()
+    torch.manual_seed(0)
+    x = distribute_tensor(torch.randn(4, 3), one_rank_mesh, [Shard(0)]).requires_grad_()
+    w = distribute_tensor(torch.randn(3, 2), one_rank_mesh, [Replicate()]).requires_grad_()
+    ex, ew = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+
+    def f(x, w):
+        return torch.relu(x @ w).sum()
+
+    out = aotgrad.aot_function(f, rec)(x, w)
+    out.backward()
+    e = f(ex, ew)
+    e.backward()
+    assert type(out) is type(e) and out.placements == e.placements
+    torch.testing.assert_close(out.to_local(), e.to_local())
+    for got, want in ((x.grad, ex.grad), (w.grad, ew.grad)):
+        assert got.placements == want.placements
+        torch.testing.assert_close(got.to_local(), want.to_local())
+    assert all(type(t) is not type(x) for example in rec.examples for t in example)

@@ -16,7 +16,12 @@ from .compilers import (
     print_compile,
 )
 from .config import AotConfig
-from .context import get_aot_compilation_context, get_aot_graph_name, get_graph_being_compiled, set_model_name
+from .context import (
+    get_aot_compilation_context,
+    get_aot_graph_name,
+    get_graph_being_compiled,
+    set_model_name,
+)
 from .core.dispatch import AotFunction
 from .core.metadata import InputInfo, OutputInfo, OutputType, ViewAndMutationMetadata
 from .core.signature import ForwardOutput, GraphSignature

@@ -66,9 +66,9 @@ class Analysis:
     forward_output_avals: tuple[tuple[tuple[int, ...], torch.dtype, torch.device], ...]
     #: where the functional forward's outputs sit (no saved values yet)
     signature: GraphSignature
-    #: per output of the functional forward, its structure where it is a tensor subclass
-    #: (its tangent is traced as that subclass, as eager's gradient is), else None
-    forward_output_subclasses: tuple[TensorStructure | None, ...] = ()
+    #: per output of the functional forward that is a tensor subclass, the structure its
+    #: tangent is traced with (that subclass, as eager's gradient is); None for a plain one
+    tangent_structures: tuple[TensorStructure | None, ...] = ()
 
 
 def to_functional(t: Any) -> Any:
@@ -410,8 +410,14 @@ def analyze(
 
 
 def _subclass_structure(value: torch.Tensor) -> TensorStructure | None:
+    """The structure of a forward output's tangent where it is a subclass: the output's own,
+    after torch's ``__coerce_tangent_metadata__`` protocol (a ``Partial`` DTensor's gradient
+    is ``Replicate``, as eager autograd passes it)."""
     value = from_functional(value)
-    return TensorStructure.of(value) if is_traceable_wrapper_subclass(value) else None
+    if not is_traceable_wrapper_subclass(value):
+        return None
+    coerce = getattr(value, "__coerce_tangent_metadata__", None)
+    return TensorStructure.of(value if coerce is None else coerce())
 
 
 def _made_under_no_grad(t: torch.Tensor) -> bool:

@@ -33,15 +33,54 @@ __all__ = ["SubclassBoundary", "TensorStructure", "holds_subclass", "subclass_bo
 
 
 @dataclass(frozen=True)
+class OpaqueAttr:
+    """A non-tensor attribute a subclass flattens to (DTensor's ``device_mesh``): not a graph
+    input; a call must carry an equal one."""
+
+    value: Any
+    num_leaves = 0
+
+    def flatten(self, value: Any, out: list[Any]) -> None:
+        if value is not self.value and value != self.value:
+            raise RuntimeError(
+                f"aotgrad: a tensor subclass attribute is {value!r}; the compiled graph was traced "
+                f"for {self.value!r}. Recompile for the new one (a new aot_function)."
+            )
+
+    def rebuild(self, leaves: Iterator[Any]) -> Any:
+        return self.value
+
+    def _zero_leaves(self) -> list[torch.Tensor]:
+        return []
+
+    def __repr__(self) -> str:
+        return type(self.value).__name__
+
+
+def _graph_ctx(cls: type, ctx: Any) -> Any:
+    """The part of a ``__tensor_flatten__`` context the graph depends on: DTensor's ends
+    with ``requires_grad``, which autograd (not the graph) handles, and which a fake
+    example input does not share with the real one."""
+    if cls.__name__ == "DTensor" and cls.__module__.startswith("torch.distributed.tensor"):
+        return ctx[:-1]
+    return ctx
+
+
+def _inner_structure(value: Any) -> TensorStructure | OpaqueAttr:
+    return TensorStructure.of(value) if isinstance(value, torch.Tensor) else OpaqueAttr(value)
+
+
+@dataclass(frozen=True)
 class TensorStructure:
     """How one tensor value flattens: a plain tensor (``cls`` None) is its own single leaf; a
     wrapper subclass is ``cls.__tensor_unflatten__`` over its inner tensors ``attrs``
-    (each with its own structure) and ``ctx``, with outer ``size``/``stride``."""
+    (each with its own structure; a non-tensor attribute is an :class:`OpaqueAttr`) and
+    ``ctx``, with outer ``size``/``stride``."""
 
     cls: type | None
     ctx: Any
     attrs: tuple[str, ...]
-    inner: tuple[TensorStructure, ...]
+    inner: tuple[TensorStructure | OpaqueAttr, ...]
     size: tuple[int, ...]
     stride: tuple[int, ...]
     dtype: torch.dtype
@@ -53,7 +92,7 @@ class TensorStructure:
         if not is_traceable_wrapper_subclass(t):
             return TensorStructure(None, None, (), (), size, stride, t.dtype, t.device)
         attrs, ctx = t.__tensor_flatten__()
-        inner = tuple(TensorStructure.of(getattr(t, a)) for a in attrs)
+        inner = tuple(_inner_structure(getattr(t, a)) for a in attrs)
         return TensorStructure(type(t), ctx, tuple(attrs), inner, size, stride, t.dtype, t.device)
 
     @property
@@ -78,7 +117,15 @@ class TensorStructure:
                 "have the tensor type of its output)."
             )
         attrs, ctx = t.__tensor_flatten__()
-        if tuple(attrs) != self.attrs or ctx != self.ctx:
+        if tuple(attrs) == self.attrs and _graph_ctx(self.cls, ctx) != _graph_ctx(self.cls, self.ctx):
+            # torch's protocol for a value (a gradient, say) laid out otherwise than traced:
+            # DTensor redistributes to the traced placements.
+            coerce = getattr(t, "__coerce_same_metadata_as_tangent__", None)
+            coerced = None if coerce is None else coerce(self.ctx)
+            if coerced is not None:
+                t = coerced
+                attrs, ctx = t.__tensor_flatten__()
+        if tuple(attrs) != self.attrs or _graph_ctx(self.cls, ctx) != _graph_ctx(self.cls, self.ctx):
             raise RuntimeError(
                 f"aotgrad: this {self.cls.__name__} flattens to {list(attrs)} with context {ctx!r}; "
                 f"the compiled graph was traced for {list(self.attrs)} with {self.ctx!r}. Recompile "

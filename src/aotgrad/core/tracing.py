@@ -126,7 +126,7 @@ def trace_joint(
 
     avals = analysis.forward_output_avals
     tangent_positions = signature.tangents
-    subclasses = analysis.forward_output_subclasses or (None,) * len(avals)
+    subclasses = analysis.tangent_structures or (None,) * len(avals)
     with fake_mode:
         tangents = [
             torch.empty(avals[p][0], dtype=avals[p][1], device=avals[p][2]) if subclasses[p] is None
