@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch._dynamo
 from eager_compare import check
 from torch.testing._internal.two_tensor import TwoTensor
 
@@ -171,3 +172,22 @@ def test_dtensor_inputs_values_grads_and_placements_match_eager(one_rank_mesh):
         assert got.placements == want.placements
         torch.testing.assert_close(got.to_local(), want.to_local())
     assert all(type(t) is not type(x) for example in rec.examples for t in example)
+
+
+@pytest.mark.parametrize("backend", ["aotgrad", pytest.param("aotgrad_inductor", marks=pytest.mark.slow)])
+def test_two_tensor_inputs_under_torch_compile(backend):
+    def f(x, w):
+        return (x * w).sin().sum(0)
+
+    x, w = two(3, 2, requires_grad=True), two(3, 2, requires_grad=True)
+    ex, ew = TwoTensor(x.a.clone(), x.b.clone()).requires_grad_(), TwoTensor(w.a.clone(), w.b.clone()).requires_grad_()
+    torch._dynamo.reset()
+    out = torch.compile(f, backend=backend)(x, w)
+    out.sum().backward()
+    torch._dynamo.reset()
+    e = f(ex, ew)
+    e.sum().backward()
+    assert type(out) is TwoTensor and type(x.grad) is TwoTensor
+    for got, want in ((out, e), (x.grad, ex.grad), (w.grad, ew.grad)):
+        torch.testing.assert_close(got.a, want.a)
+        torch.testing.assert_close(got.b, want.b)
