@@ -191,3 +191,18 @@ def test_two_tensor_inputs_under_torch_compile(backend):
     for got, want in ((out, e), (x.grad, ex.grad), (w.grad, ew.grad)):
         torch.testing.assert_close(got.a, want.a)
         torch.testing.assert_close(got.b, want.b)
+
+
+def test_aliased_mutated_subclass_inputs_are_refused_clearly():
+    import aotgrad
+    from aotgrad.errors import AotgradCompileError
+
+    def f(a, b):
+        a.add_(1)
+        return a + b
+
+    base = two(4)
+    before = base.a.clone(), base.b.clone()
+    with pytest.raises(AotgradCompileError, match="alias one another"):
+        aotgrad.aot_function(f, aotgrad.nop)(base[:3], base[1:])
+    assert torch.equal(base.a, before[0]) and torch.equal(base.b, before[1])  # nothing changed

@@ -24,6 +24,7 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv
 from ..compilers import positional
 from ..config import AotConfig
 from ..context import compiling
+from ..errors import AotgradCompileError
 from ..partition import grad_tangent_dependencies, saved_values, tag_forward_nodes
 from .aliasing import InputAliasing, outputs_on_call_inputs, plan_input_aliasing
 from .analysis import Analysis, analyze, reject_inplace_on_leaves
@@ -157,6 +158,12 @@ def _analyze_call(
         return _AnalyzedCall(program, call_analysis, call_analysis, None, call_inputs, fake_call, fake_mode)
     if symbolic is not None:
         raise _NeedsStaticTrace("aliased inputs of which one is mutated need synthetic bases")
+    if holds_subclass(call_inputs[:n]):
+        raise AotgradCompileError(
+            "aotgrad: tensor-subclass inputs that alias one another, one of them mutated, are not "
+            "supported (they would need a synthetic base over the subclass's inner tensors). Pass "
+            "separate tensors (e.g. clone() one of the views) or mutate them outside the function."
+        )
     log.debug("aotgrad: %r", input_aliasing)
     graph_inputs = input_aliasing.graph_inputs(call_inputs)
     fake_inputs = [fake_mode.from_tensor(t) for t in graph_inputs]
