@@ -27,7 +27,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from ..errors import AotgradCompileError
-from .signature import JOINT_INPUT_KIND, graph_outputs
+from .signature import JOINT_INPUT_KIND, graph_outputs, is_tangent
 
 __all__ = ["SubclassBoundary", "TensorStructure", "holds_subclass", "subclass_boundary"]
 
@@ -99,8 +99,10 @@ class TensorStructure:
     def num_leaves(self) -> int:
         return 1 if self.cls is None else sum(s.num_leaves for s in self.inner)
 
-    def flatten(self, t: torch.Tensor, out: list[Any]) -> None:
-        """Append ``t``'s inner tensors to ``out``; raise when ``t`` is structured otherwise."""
+    def flatten(self, t: torch.Tensor, out: list[Any], coerce: bool = False) -> None:
+        """Append ``t``'s inner tensors to ``out``; raise when ``t`` is structured otherwise.
+        ``coerce`` (a tangent): first bring a subclass laid out otherwise to the traced layout
+        where the subclass supports torch's protocol for it."""
         if self.cls is None:
             if is_traceable_wrapper_subclass(t):
                 raise RuntimeError(
@@ -117,9 +119,9 @@ class TensorStructure:
                 "have the tensor type of its output)."
             )
         attrs, ctx = t.__tensor_flatten__()
-        if tuple(attrs) == self.attrs and _graph_ctx(self.cls, ctx) != _graph_ctx(self.cls, self.ctx):
-            # torch's protocol for a value (a gradient, say) laid out otherwise than traced:
-            # DTensor redistributes to the traced placements.
+        if coerce and tuple(attrs) == self.attrs and _graph_ctx(self.cls, ctx) != _graph_ctx(self.cls, self.ctx):
+            # torch's protocol for a gradient laid out otherwise than traced: DTensor
+            # redistributes to the traced placements.
             coerce = getattr(t, "__coerce_same_metadata_as_tangent__", None)
             coerced = None if coerce is None else coerce(self.ctx)
             if coerced is not None:
@@ -166,13 +168,15 @@ def _structures(values: Sequence[Any]) -> tuple[TensorStructure | None, ...]:
     return tuple(TensorStructure.of(v) if isinstance(v, torch.Tensor) else None for v in values)
 
 
-def _flatten_all(values: Sequence[Any], structures: Sequence[TensorStructure | None]) -> list[Any]:
+def _flatten_all(
+    values: Sequence[Any], structures: Sequence[TensorStructure | None], tangents: frozenset[int] = frozenset()
+) -> list[Any]:
     flat: list[Any] = []
-    for v, s in zip(values, structures, strict=True):
+    for k, (v, s) in enumerate(zip(values, structures, strict=True)):
         if s is None:
             flat.append(v)
         else:
-            s.flatten(v, flat)
+            s.flatten(v, flat, coerce=k in tangents)
     return flat
 
 
@@ -188,21 +192,23 @@ class SubclassBoundary:
     ``graph`` takes the inputs' inner tensors in order (a plain tensor or non-tensor input
     is one leaf) and returns the outputs' inner tensors; ``inputs`` and ``outputs`` are the
     outer graph's per-value structures (None for a non-tensor), ``example_inputs`` the
-    flattened example inputs the compiler gets.
+    flattened example inputs the compiler gets, ``tangents`` the inputs that are tangents
+    (the only ones coerced to the traced layout).
     """
 
     graph: torch.fx.GraphModule
     example_inputs: list[Any]
     inputs: tuple[TensorStructure | None, ...]
     outputs: tuple[TensorStructure | None, ...]
+    tangents: frozenset[int] = frozenset()
 
     def wrap(self, compiled: Callable) -> Callable:
         """``compiled`` (the compiler's result for :attr:`graph`, positional) as a callable
         over the outer graph's inputs and outputs."""
-        inputs, outputs = self.inputs, self.outputs
+        inputs, outputs, tangents = self.inputs, self.outputs, self.tangents
 
         def over_subclasses(*args: Any) -> list[Any]:
-            return _rebuild_all(compiled(*_flatten_all(args, inputs)), outputs)
+            return _rebuild_all(compiled(*_flatten_all(args, inputs, tangents)), outputs)
 
         return over_subclasses
 
@@ -229,7 +235,8 @@ def subclass_boundary(
     )
 
     inputs = _structures(example_inputs)
-    kinds = [n.meta.get(JOINT_INPUT_KIND) for n in gm.graph.find_nodes(op="placeholder")]
+    outer_placeholders = gm.graph.find_nodes(op="placeholder")
+    kinds = [n.meta.get(JOINT_INPUT_KIND) for n in outer_placeholders]
     outputs: list[TensorStructure | None] = []
 
     def over_inner_tensors(*flat: Any) -> list[Any]:
@@ -247,7 +254,8 @@ def subclass_boundary(
             node = next(placeholders)
             if kind is not None:
                 node.meta[JOINT_INPUT_KIND] = kind
-    return SubclassBoundary(flat_gm, flat_examples, inputs, tuple(outputs))
+    tangents = frozenset(k for k, n in enumerate(outer_placeholders) if is_tangent(n))
+    return SubclassBoundary(flat_gm, flat_examples, inputs, tuple(outputs), tangents)
 
 
 def _check_functional(gm: torch.fx.GraphModule, inputs: Sequence[TensorStructure | None]) -> None:
