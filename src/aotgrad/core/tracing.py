@@ -126,11 +126,11 @@ def trace_joint(
 
     avals = analysis.forward_output_avals
     tangent_positions = signature.tangents
-    subclasses = analysis.tangent_structures or (None,) * len(avals)
+    structures = analysis.tangent_structures or (None,) * len(avals)
     with fake_mode:
         tangents = [
-            torch.empty(avals[p][0], dtype=avals[p][1], device=avals[p][2]) if subclasses[p] is None
-            else subclasses[p].zeros()
+            torch.empty(avals[p][0], dtype=avals[p][1], device=avals[p][2]) if structures[p] is None
+            else structures[p].zeros()
             for p in tangent_positions
         ]
     grad_inputs = tuple(i for i, t in enumerate(primals) if isinstance(t, torch.Tensor) and t.requires_grad)
