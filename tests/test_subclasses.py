@@ -206,3 +206,28 @@ def test_aliased_mutated_subclass_inputs_are_refused_clearly():
     with pytest.raises(AotgradCompileError, match="alias one another"):
         aotgrad.aot_function(f, aotgrad.nop)(base[:3], base[1:])
     assert torch.equal(base.a, before[0]) and torch.equal(base.b, before[1])  # nothing changed
+
+
+def test_dtensor_with_other_placements_compiles_a_new_entry(one_rank_mesh):
+    """The graph is traced for one flatten structure; a DTensor with other placements (same
+    outer and local shape on one rank, so TensorGuards alone would reuse the entry) misses
+    the entry's guard and compiles its own, with eager's output placements."""
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    import aotgrad
+    from aotgrad.compilers import nop
+
+    def f(x):
+        return (x * 2).sin()
+
+    cf = aotgrad.aot_function(f, nop)
+    for placements in ([Shard(0)], [Replicate()], [Shard(0)]):
+        x = distribute_tensor(torch.randn(4, 3), one_rank_mesh, placements)
+        out = cf(x)
+        assert out.placements == f(x).placements
+        torch.testing.assert_close(out.to_local(), f(x).to_local())
+    assert len(cf.entries) == 2
+    from aotgrad.core.frontend import flatten_call
+
+    leaves, spec = flatten_call((x,), {})  # x is Shard(0); entries[0], the newest, is Replicate's
+    assert "structure" in cf.entries[0].guard.failure(leaves, spec)

@@ -22,6 +22,7 @@ from torch._C._dynamo.guards import TensorGuards
 
 from ..errors import AotgradCompileError
 from .metadata import ViewAndMutationMetadata
+from .subclasses import structure_check
 from .symbolic import ShapeGuard, is_symbolic
 
 __all__ = ["MISS", "EntryGuard", "InputLayout", "flatten_call", "layout_for", "storage_groups"]
@@ -259,6 +260,8 @@ class EntryGuard:
         self._leafness = tuple((leafness or {}).items())
         # Synthetic bases depend on where the merged inputs sit in their storage.
         self._aliasing_check = aliasing_check
+        # Graphs over a subclass's inner tensors depend on its flatten structure.
+        self._subclass_check = structure_check(layout.distinct_inputs_of(tensors))
 
         self._relations = self._build_relations()
 
@@ -353,7 +356,7 @@ class EntryGuard:
     def _has_relations(self) -> bool:
         return bool(
             self._leafness or self._duplicate_pairs or self._storage_groups is not None
-            or self._aliasing_check is not None
+            or self._aliasing_check is not None or self._subclass_check is not None
         )
 
     def _build_relations(self) -> Callable[[Any], bool]:
@@ -365,6 +368,7 @@ class EntryGuard:
         groups = self._storage_groups
         mutated = self._mutated_leaves
         aliasing_check = self._aliasing_check
+        subclass_check = self._subclass_check
         pick = self._pick_distinct
         use_count = torch._C._storage_Use_Count
         exclusive_count = _EXCLUSIVE_USE_COUNT
@@ -388,9 +392,12 @@ class EntryGuard:
                         break
                 if not exclusive and storage_groups(tensors) != groups:
                     return False
-            if aliasing_check is not None:
-                return aliasing_check(tensors if pick is None else pick(tensors))
-            return True
+            if aliasing_check is None and subclass_check is None:
+                return True
+            distinct = tensors if pick is None else pick(tensors)
+            if subclass_check is not None and not subclass_check(distinct):
+                return False
+            return aliasing_check is None or aliasing_check(distinct)
 
         return relations
 
@@ -427,6 +434,8 @@ class EntryGuard:
             call_inputs = layout.call_inputs_of(leaves)
             if not self.shape_guard.check(*call_inputs):
                 return f"shape guard failed: {self.shape_guard.failure(call_inputs)}"
+        if self._subclass_check is not None and not self._subclass_check(guarded):
+            return "a tensor-subclass input's structure (type, flatten context or inner tensors) differs"
         if self._has_relations and not self._relations(tensors):
             return "leafness, identity or storage sharing of the inputs differs"
         return None

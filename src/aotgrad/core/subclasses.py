@@ -11,8 +11,11 @@ through the subclass's ``__torch_dispatch__`` becomes the ops on its inner tenso
 subclass values: it flattens each call's subclass inputs and rebuilds the subclass outputs.
 
 Invariant: a subclass value's structure (its type, ``__tensor_flatten__`` context and inner
-tensors' structure) is fixed per entry; a call whose structure differs raises (it is never
-run through a graph traced for another structure).
+tensors' structure) is fixed per entry. The entry guard checks it for the inputs
+(:func:`structure_check`: a call whose structure differs compiles a new entry); a tangent is
+coerced to the traced structure where the subclass supports torch's protocol for that, and
+anything else laid out otherwise raises. Nothing runs through a graph traced for another
+structure.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from ..errors import AotgradCompileError
 from .signature import JOINT_INPUT_KIND, graph_outputs, is_tangent
 
-__all__ = ["SubclassBoundary", "TensorStructure", "holds_subclass", "subclass_boundary"]
+__all__ = ["SubclassBoundary", "TensorStructure", "holds_subclass", "structure_check", "subclass_boundary"]
 
 
 @dataclass(frozen=True)
@@ -162,6 +165,33 @@ class TensorStructure:
 def holds_subclass(values: Sequence[Any]) -> bool:
     """Whether any of ``values`` is a traceable wrapper subclass tensor."""
     return any(isinstance(v, torch.Tensor) and is_traceable_wrapper_subclass(v) for v in values)
+
+
+def _structure_key(value: Any) -> Any:
+    """What a graph traced over ``value`` depends on beyond its outer metadata (which the
+    entry's TensorGuards check): for a subclass, its type, flatten context (as
+    :func:`_graph_ctx`) and, recursively, its inner tensors' sizes, strides and dtypes."""
+    if not isinstance(value, torch.Tensor):
+        return value
+    if not is_traceable_wrapper_subclass(value):
+        return (tuple(value.shape), tuple(value.stride()), value.dtype)
+    attrs, ctx = value.__tensor_flatten__()
+    cls = type(value)
+    return (cls, _graph_ctx(cls, ctx), tuple(attrs), tuple(_structure_key(getattr(value, a)) for a in attrs))
+
+
+def structure_check(inputs: Sequence[Any]) -> Callable[[Sequence[Any]], bool] | None:
+    """A check that a call's ``inputs`` (positionally like these, an entry's compile-time
+    inputs) have the same subclass structure: None when none of them is a subclass. An
+    entry guard runs it, so a call whose DTensor placements (say) differ compiles anew."""
+    keys = tuple((k, _structure_key(t)) for k, t in enumerate(inputs) if is_traceable_wrapper_subclass(t))
+    if not keys:
+        return None
+
+    def same_structure(values: Sequence[Any]) -> bool:
+        return all(_structure_key(values[k]) == key for k, key in keys)
+
+    return same_structure
 
 
 def _structures(values: Sequence[Any]) -> tuple[TensorStructure | None, ...]:
