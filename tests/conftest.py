@@ -35,9 +35,6 @@ TWO_TENSOR_KNOWN = {
     "non-leaf TwoTensor builds a TwoTensor whose inner tensors' storage offsets differ "
     "(functionalization runs above the subclass; torch runs it below); not strict: it passes "
     "after some other tests ran in the same process, so it depends on global state",
-    ("test_alias_output_backward_and_later_mutation", ""): "mutating a returned view of a "
-    "TwoTensor input does not make the later backward raise as eager's does (version counter "
-    "of the saved subclass)",
     ("test_output_aliases_intermediate", "view_under_no_grad"): "the detach()ed view comes back "
     "as a new wrapper, not sharing the intermediate's (outer, data-less) storage",
 }

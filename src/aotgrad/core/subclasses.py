@@ -231,14 +231,21 @@ class SubclassBoundary:
     inputs: tuple[TensorStructure | None, ...]
     outputs: tuple[TensorStructure | None, ...]
     tangents: frozenset[int] = frozenset()
+    #: (output, input) pairs where the outer graph returns a subclass input itself (a saved
+    #: primal, say): the call returns that very object, not a rebuilt one, so that its
+    #: version counter (eager's check of tensors saved for backward) and identity hold
+    passthrough: tuple[tuple[int, int], ...] = ()
 
     def wrap(self, compiled: Callable) -> Callable:
         """``compiled`` (the compiler's result for :attr:`graph`, positional) as a callable
         over the outer graph's inputs and outputs."""
-        inputs, outputs, tangents = self.inputs, self.outputs, self.tangents
+        inputs, outputs, tangents, passthrough = self.inputs, self.outputs, self.tangents, self.passthrough
 
         def over_subclasses(*args: Any) -> list[Any]:
-            return _rebuild_all(compiled(*_flatten_all(args, inputs, tangents)), outputs)
+            outs = _rebuild_all(compiled(*_flatten_all(args, inputs, tangents)), outputs)
+            for j, k in passthrough:
+                outs[j] = args[k]
+            return outs
 
         return over_subclasses
 
@@ -260,9 +267,8 @@ def subclass_boundary(
     out_vals = [o.meta.get("val") if isinstance(o, torch.fx.Node) else o for o in graph_outputs(gm)]
     if not holds_subclass(example_inputs) and not holds_subclass(out_vals):
         return None
-    from .tracing import (
-        trace_function,  # here: tracing imports analysis, which imports this module
-    )
+    # Imported here: tracing imports analysis, which imports this module.
+    from .tracing import trace_function
 
     inputs = _structures(example_inputs)
     outer_placeholders = gm.graph.find_nodes(op="placeholder")
@@ -285,7 +291,12 @@ def subclass_boundary(
             if kind is not None:
                 node.meta[JOINT_INPUT_KIND] = kind
     tangents = frozenset(k for k, n in enumerate(outer_placeholders) if is_tangent(n))
-    return SubclassBoundary(flat_gm, flat_examples, inputs, tuple(outputs), tangents)
+    position = {n: k for k, n in enumerate(outer_placeholders)}
+    passthrough = tuple(
+        (j, position[o]) for j, o in enumerate(graph_outputs(gm))
+        if isinstance(o, torch.fx.Node) and o.op == "placeholder" and outputs[j] is not None and outputs[j].cls
+    )
+    return SubclassBoundary(flat_gm, flat_examples, inputs, tuple(outputs), tangents, passthrough)
 
 
 def _check_functional(gm: torch.fx.GraphModule, inputs: Sequence[TensorStructure | None]) -> None:
