@@ -167,29 +167,18 @@ def holds_subclass(values: Sequence[Any]) -> bool:
     return any(isinstance(v, torch.Tensor) and is_traceable_wrapper_subclass(v) for v in values)
 
 
-def _structure_key(value: Any) -> Any:
-    """What a graph traced over ``value`` depends on beyond its outer metadata (which the
-    entry's TensorGuards check): for a subclass, its type, flatten context (as
-    :func:`_graph_ctx`) and, recursively, its inner tensors' sizes, strides and dtypes."""
-    if not isinstance(value, torch.Tensor):
-        return value
-    if not is_traceable_wrapper_subclass(value):
-        return (tuple(value.shape), tuple(value.stride()), value.dtype)
-    attrs, ctx = value.__tensor_flatten__()
-    cls = type(value)
-    return (cls, _graph_ctx(cls, ctx), tuple(attrs), tuple(_structure_key(getattr(value, a)) for a in attrs))
-
-
 def structure_check(inputs: Sequence[Any]) -> Callable[[Sequence[Any]], bool] | None:
     """A check that a call's ``inputs`` (positionally like these, an entry's compile-time
     inputs) have the same subclass structure: None when none of them is a subclass. An
     entry guard runs it, so a call whose DTensor placements (say) differ compiles anew."""
-    keys = tuple((k, _structure_key(t)) for k, t in enumerate(inputs) if is_traceable_wrapper_subclass(t))
-    if not keys:
+    # Real tensors on both sides: the whole flatten context compares (requires_grad too,
+    # which TensorGuards checks anyway), unlike a fake example's (see _graph_ctx).
+    structures = tuple((k, TensorStructure.of(t)) for k, t in enumerate(inputs) if is_traceable_wrapper_subclass(t))
+    if not structures:
         return None
 
     def same_structure(values: Sequence[Any]) -> bool:
-        return all(_structure_key(values[k]) == key for k, key in keys)
+        return all(TensorStructure.of(values[k]) == s for k, s in structures)
 
     return same_structure
 
