@@ -1,5 +1,8 @@
 """Aliased inputs: merge inputs that share storage, where one is mutated, into synthetic bases.
 
+(A lone input counts as aliased with the rest of its storage when the program addresses it
+by storage, through ``as_strided``: a write can then land outside the input's own elements.)
+
 Inside a traced graph, functionalization cannot see that a mutation of one input changes
 another input that shares its storage. So, for each *disjoint set of bases* (inputs whose
 storages are the same, transitively) in which some member's data is mutated, the graph
@@ -155,6 +158,29 @@ def _disjoint_sets(tensors: list[torch.Tensor]) -> list[list[int]]:
     return [g for g in groups.values() if len(g) > 1]
 
 
+def _covers_storage(t: torch.Tensor) -> bool:
+    """``t`` is its storage: every offset ``as_strided`` can name is one of its elements."""
+    return (
+        t._base is None
+        and t.storage_offset() == 0
+        and t.is_contiguous()
+        and t.numel() * t.element_size() == t.untyped_storage().nbytes()
+    )
+
+
+def _groups(call_inputs: list[torch.Tensor], metadata: ViewAndMutationMetadata) -> list[list[int]]:
+    """The inputs to merge, by storage: several inputs on one storage, and a lone input the
+    program addresses by storage (``as_strided`` of a slice reaches elements outside the
+    slice) where it is not the whole storage."""
+    groups = _disjoint_sets(call_inputs)
+    grouped = {i for g in groups for i in g}
+    groups.extend(
+        [i] for i, info in enumerate(metadata.input_info)
+        if info.addresses_storage and i not in grouped and not _covers_storage(call_inputs[i])
+    )
+    return groups
+
+
 def _replayable(template: torch.Tensor, base: torch.Tensor, view: Strided) -> bool:
     if template._base is None or template._base is not base:
         return False
@@ -178,7 +204,7 @@ def plan_input_aliasing(
     """
     bases: list[SyntheticBase] = []
     merged: set[int] = set()
-    for group in _disjoint_sets(call_inputs):
+    for group in _groups(call_inputs, metadata):
         if not any(metadata.input_info[i].mutates_data for i in group):
             continue  # nothing written: aliasing cannot be observed inside the graph
         if len({call_inputs[i].dtype for i in group}) != 1:
@@ -210,8 +236,12 @@ def plan_input_aliasing(
             base_view = ((numel,), (1,), 0)
             fake_root = None
         views = tuple(_strided(call_inputs[i]) for i in group)
+        # A member addressed by storage is made with as_strided, one view off the base: its
+        # own as_strided is then taken of the base (see eager_rewrites), which
+        # functionalization replays onto the base exactly.
         replay = tuple(
-            common and _replayable(fake_inputs[i], fake_root, v) for i, v in zip(group, views)
+            common and not metadata.input_info[i].addresses_storage and _replayable(fake_inputs[i], fake_root, v)
+            for i, v in zip(group, views)
         )
         bases.append(
             SyntheticBase(

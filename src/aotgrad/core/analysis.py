@@ -89,7 +89,7 @@ def relative_view_metas(view: FunctionalTensor, base: FunctionalTensor) -> list 
 
     Functionalization records each view's chain from its storage's root; the chain from
     ``base`` is what follows ``base``'s own chain. None when that is not a clean suffix or a
-    step has symbolic inputs (the runtime then falls back to ``as_strided``).
+    step has symbolic inputs or is an ``as_strided`` (the runtime then uses ``as_strided``).
     """
     seq = functionalization.get_view_meta_sequence(view.elem)
     prefix = functionalization.get_view_meta_sequence(base.elem)
@@ -100,6 +100,10 @@ def relative_view_metas(view: FunctionalTensor, base: FunctionalTensor) -> list 
     rest = list(seq[len(prefix):])
     if any(vm.has_symbolic_inputs for vm in rest):
         return None
+    if any(type(vm).__name__ == "as_strided_ViewMeta" for vm in rest):
+        # as_strided addresses the storage: the runtime's as_strided off the autograd root
+        # is exact, and keeps the gradient that reaches past ``base``'s elements
+        return None
     return rest
 
 
@@ -107,6 +111,11 @@ _METADATA_INPLACE = frozenset(
     {"t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_", "as_strided_", "resize_", "resize_as_"}
 )
 
+
+#: view ops whose offset and strides address the storage, not the tensor they are called on
+#: (``as_strided_`` too, but a synthetic base would make its input a view, on which
+#: functionalization replays it wrongly)
+_STORAGE_ADDRESSING = frozenset({"as_strided"})
 
 #: in-place-named methods that write no tensor data
 _NOT_WRITING_INPLACE = frozenset({"requires_grad_", "share_memory_", "detach_", "retain_grad_", "set_"})
@@ -160,11 +169,15 @@ class _EagerChecks(TorchFunctionMode):
       constants, their gradients and mutations would be silently lost.
     """
 
-    def __init__(self, leaf_inputs: frozenset[int]) -> None:
+    def __init__(self, leaf_inputs: frozenset[int], input_storages: dict[StorageWeakRef, int]) -> None:
         super().__init__()
         #: ids of the functional inputs that stand for leaves requiring grad (functional
         #: wrappers are never leaves themselves)
         self.leaf_inputs = leaf_inputs
+        #: the functional inputs' storages, to the first input on each
+        self.input_storages = input_storages
+        #: inputs the program takes ``as_strided`` of (directly or through a view)
+        self.storage_addressed: set[int] = set()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -176,6 +189,11 @@ class _EagerChecks(TorchFunctionMode):
             and torch.is_grad_enabled()
         ):
             raise RuntimeError(_LEAF_INPLACE)
+        if name in _STORAGE_ADDRESSING and args and isinstance(args[0], FunctionalTensor):
+            storage = StorageWeakRef(args[0].untyped_storage())
+            i = self.input_storages.get(storage)
+            if i is not None:
+                self.storage_addressed.add(i)
         if (
             _is_write(name)
             and name not in _METADATA_INPLACE
@@ -243,18 +261,23 @@ def analyze(
     with fake_mode, mode:
         f_inputs = [to_functional(t) for t in fake_inputs]
     grad_fns_before = [getattr(f, "grad_fn", None) for f in f_inputs]
+    checks = _EagerChecks(
+        frozenset(
+            id(f) for f, t in zip(f_inputs, fake_inputs)
+            if isinstance(t, torch.Tensor) and t.is_leaf and t.requires_grad
+        ),
+        {
+            StorageWeakRef(f.untyped_storage()): i
+            for i, f in reversed(list(enumerate(f_inputs))) if isinstance(f, torch.Tensor)
+        },
+    )
     try:
         with contextlib.ExitStack() as stack:
             stack.enter_context(fake_mode)
             stack.enter_context(effects_as_ordered_nodes())
             stack.enter_context(torch.set_grad_enabled(grad_enabled))
             stack.enter_context(mode)
-            stack.enter_context(
-                _EagerChecks(frozenset(
-                    id(f) for f, t in zip(f_inputs, fake_inputs)
-                    if isinstance(t, torch.Tensor) and t.is_leaf and t.requires_grad
-                ))
-            )
+            stack.enter_context(checks)
             stack.enter_context(EagerRewrites())
             out_leaves, out_spec = program(*f_inputs)
     except AotgradCompileError:
@@ -292,6 +315,7 @@ def analyze(
                 requires_grad=fake.requires_grad,
                 is_leaf=fake.is_leaf,
                 new_view=(tuple(f.shape), tuple(f.stride()), f.storage_offset()) if meta else None,
+                addresses_storage=i in checks.storage_addressed,
             )
         )
         input_storages.setdefault(StorageWeakRef(f.untyped_storage()), i)
@@ -443,4 +467,7 @@ def _is_tracing_limitation(exc: BaseException) -> bool:
         or "fake tensor" in text.lower()
         or "data-dependent" in text
         or "data is not allocated" in text  # reading values of a fake tensor (.tolist())
+        # a write through as_strided of a non-contiguous tensor that requires grad: torch's
+        # functional as_strided_scatter has no autograd formula there (eager writes in place)
+        or "as_strided_scatter is currently only supported for contiguous inputs" in text
     )

@@ -13,6 +13,11 @@ eager's own fill, so the traced graph consumes the generator exactly as eager do
   dim (a no-op in eager) crashes the process in a symbolic trace (torch 2.13); the dims
   that are not 1 are dropped from the call (a symbolic size is never 1: sizes 0 and 1 are
   specialised), leaving ``squeeze_(())``, the same no-op, where none is.
+- **as_strided of a view.** ``v.as_strided(size, stride, offset)`` addresses ``v``'s storage,
+  so it is the same view as ``v._base.as_strided(...)``; functionalization refuses a mutation
+  through an ``as_strided`` that is not the first view of its chain, so it is taken of the
+  base, where autograd would give the same result (same dtype and requires_grad, not a
+  no_grad or multi-output view, whose in-place errors eager raises off ``v``'s chain).
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ _DROPOUTS_INPLACE = {torch.dropout_, torch._C._VariableFunctions.dropout_}
 _FUNCTIONAL_DROPOUT = torch.nn.functional.dropout
 _POLYGAMMA_INPLACE = torch.Tensor.polygamma_
 _SQUEEZE_INPLACE = torch.Tensor.squeeze_
+_AS_STRIDED = {torch.Tensor.as_strided, torch.as_strided}
+_DEFAULT_VIEW = torch._C._autograd.CreationMeta.DEFAULT
 
 
 class EagerRewrites(TorchFunctionMode):
@@ -58,6 +65,8 @@ class EagerRewrites(TorchFunctionMode):
             return x.copy_(torch.polygamma(n, x.clone()))  # the clone is what backward reads
         if func is _SQUEEZE_INPLACE and (len(args) > 1 or "dim" in kwargs):
             return _squeeze_(args[0], args[1] if len(args) > 1 else kwargs["dim"])
+        if func in _AS_STRIDED and args and _as_strided_of_base(args[0]):
+            return func(args[0]._base, *args[1:], **kwargs)
         if func is _FUNCTIONAL_DROPOUT:
             x, p, train, inplace = _bind(args, kwargs, ("input", "p", "training", "inplace"), (0.5, True, False))
         elif func in _DROPOUTS or func in _DROPOUTS_INPLACE:
@@ -69,6 +78,14 @@ class EagerRewrites(TorchFunctionMode):
             noise = bernoulli_like(x.detach(), 1 - p).div_(1 - p)
             return x.mul_(noise) if inplace else x * noise
         return func(*args, **kwargs)
+
+
+def _as_strided_of_base(v: torch.Tensor) -> bool:
+    """``v.as_strided(...)`` may be taken of ``v._base`` instead (see the module docstring)."""
+    base = getattr(v, "_base", None)
+    if base is None or base.dtype != v.dtype or base.requires_grad != v.requires_grad:
+        return False
+    return not v.requires_grad or torch._C._autograd._get_creation_meta(v) == _DEFAULT_VIEW
 
 
 def _squeeze_(x: torch.Tensor, dim: int | tuple[int, ...]) -> torch.Tensor:

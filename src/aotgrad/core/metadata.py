@@ -70,6 +70,9 @@ class InputInfo:
     is_leaf: bool
     #: (size, stride, storage_offset) after the call, when the metadata is mutated
     new_view: tuple[tuple[int, ...], tuple[int, ...], int] | None = None
+    #: the program calls ``as_strided`` on this input or a view of it: its
+    #: offsets and strides address the input's whole storage, not only the input's elements
+    addresses_storage: bool = False
 
     @property
     def mutated(self) -> bool:

@@ -175,10 +175,31 @@ def _analyze_call(
     return _AnalyzedCall(program, call_analysis, analysis, input_aliasing, graph_inputs, fake_inputs, fake_mode)
 
 
-def _compile_training(call: _AnalyzedCall, config: AotConfig, graphs: dict) -> tuple[CompiledRuntime, torch.fx.GraphModule]:
-    """Joint graph → partition → forward/backward compilers → runtime with an autograd.Function."""
+def records_autograd(md: ViewAndMutationMetadata, grad_enabled: bool) -> bool:
+    """Whether eager's autograd records anything of the program: always in grad mode; under
+    no_grad only where the program turns grad mode back on (``enable_grad()``,
+    ``set_grad_enabled(True)``) and an output, or a mutation of an input, comes out of that
+    region requiring grad. The caller's mode alone does not decide the graph."""
+    if grad_enabled:
+        return True
+    return any(o.requires_grad for o in md.output_info) or any(
+        i.mutation_visible_to_autograd for i in md.input_info
+    )
+
+
+def _compile_training(
+    call: _AnalyzedCall, config: AotConfig, graphs: dict, grad_enabled: bool
+) -> tuple[CompiledRuntime, torch.fx.GraphModule]:
+    """Joint graph → partition → forward/backward compilers → runtime with an autograd.Function.
+
+    ``grad_enabled`` is the caller's mode: the forward is traced in it (the program's own
+    grad-mode regions nest inside), and under no_grad the runtime applies the Function with
+    grad enabled so autograd records what those regions made."""
     md = call.analysis.metadata
-    joint = trace_joint(call.program, call.analysis, call.fake_inputs, call.fake_mode, config.trace_decompositions)
+    joint = trace_joint(
+        call.program, call.analysis, call.fake_inputs, call.fake_mode, config.trace_decompositions,
+        grad_enabled=grad_enabled,
+    )
     num_fwd_outputs = joint.signature.num_forward_outputs
     tag_forward_nodes(joint.graph, num_fwd_outputs)
     fw_module, bw_module = config.partition_fn(
@@ -212,7 +233,8 @@ def _compile_training(call: _AnalyzedCall, config: AotConfig, graphs: dict) -> t
         grad_tangent_deps=grad_tangent_dependencies(bw_module),
     )
     runtime = CompiledRuntime(
-        md, signature, call.analysis.out_spec, positional(fw_callable), backward, **_runtime_context(call)
+        md, signature, call.analysis.out_spec, positional(fw_callable), backward,
+        records_under_no_grad=not grad_enabled, **_runtime_context(call),
     )
     return runtime, joint.graph
 
@@ -298,7 +320,9 @@ def _compile_entry(
     grad_enabled = torch.is_grad_enabled()
     call = _analyze_call(fn, layout, call_inputs, grad_enabled, symbolic)
     md = call.analysis.metadata
-    training = grad_enabled and any(isinstance(t, torch.Tensor) and t.requires_grad for t in call.graph_inputs)
+    training = records_autograd(md, grad_enabled) and any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in call.graph_inputs
+    )
     log.debug(
         "aotgrad: compiling %s entry for %s\n%r", "training" if training else "inference",
         getattr(fn, "__name__", fn), md,
@@ -306,7 +330,7 @@ def _compile_entry(
     graphs: dict[str, torch.fx.GraphModule] = {}
     joint_gm = None
     if training:
-        runtime, joint_gm = _compile_training(call, config, graphs)
+        runtime, joint_gm = _compile_training(call, config, graphs, grad_enabled)
     else:
         runtime = _compile_inference(call, config, graphs, grad_enabled)
 

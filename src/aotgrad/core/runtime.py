@@ -31,6 +31,7 @@ __all__ = ["BackwardSpec", "CompiledRuntime", "OutputBuilder", "TensorAlias", "r
 log = logging.getLogger(__name__)
 
 _set_grad_enabled = torch._C._set_grad_enabled
+_DEFAULT_VIEW = torch._C._autograd.CreationMeta.DEFAULT
 
 
 class TensorAlias:
@@ -72,7 +73,21 @@ def _view_of(base: torch.Tensor, info: OutputInfo, geometry: tuple | None) -> to
             return out
     if base.dtype != info.dtype:
         base = base.view(info.dtype) if base.dim() else base.view(-1).view(info.dtype)
+    elif _as_strided_of_root(base):
+        # The same elements (as_strided addresses the storage), and autograd's view of the
+        # root: eager's view reaches the root's gradient also outside ``base``'s elements.
+        base = base._base
     return base.as_strided(size, stride, offset)
+
+
+def _as_strided_of_root(view: torch.Tensor) -> bool:
+    root = view._base
+    return (
+        root is not None
+        and root.dtype == view.dtype
+        and root.requires_grad == view.requires_grad
+        and (not view.requires_grad or torch._C._autograd._get_creation_meta(view) == _DEFAULT_VIEW)
+    )
 
 
 class OutputBuilder:
@@ -346,6 +361,7 @@ class CompiledRuntime:
         graph_inputs_of: Callable[[Any], list] | None = None,
         member_metadata_writebacks: tuple[tuple[int, tuple], ...] = (),
         shape_env: ShapeEnv | None = None,
+        records_under_no_grad: bool = False,
     ) -> None:
         self.metadata = metadata
         self.signature = signature
@@ -355,6 +371,10 @@ class CompiledRuntime:
         #: metadata the program changes; applied to the caller's tensor after the call
         self.member_metadata_writebacks = member_metadata_writebacks
         self.training = backward is not None
+        #: a training entry called under no_grad (the program turns grad mode on inside):
+        #: the Function is applied, and input mutations and aliases are made, with grad
+        #: enabled, each made in eager's mode as the metadata records it
+        self.records_under_no_grad = records_under_no_grad and self.training
         self.writebacks = _writebacks(metadata, signature)
         self.outputs = OutputBuilder(metadata, out_spec, signature)
         #: a symbolic entry's ``(alias geometries, new views)`` on a call (None: static)
@@ -374,7 +394,18 @@ class CompiledRuntime:
             self._function = _make_function(fw_callable, signature, backward, alias_positions, nondiff)
             self._apply = self._function.apply
 
-        self.run: Callable[[Any], Any] = self._build_run()
+        run = self._build_run()
+        if self.records_under_no_grad:
+            def run_recording(graph_inputs: Any, run: Callable[[Any], Any] = run) -> Any:
+                _set_grad_enabled(True)
+                try:
+                    return run(graph_inputs)
+                finally:
+                    _set_grad_enabled(False)
+
+            self.run: Callable[[Any], Any] = run_recording
+        else:
+            self.run = run
 
     def _build_run(self) -> Callable[[Any], Any]:
         """``run(call_inputs) -> user outputs``, specialised to what this entry needs: the

@@ -118,8 +118,14 @@ def trace_joint(
     fake_inputs: list[torch.Tensor],
     fake_mode: FakeTensorMode,
     decompositions: dict | None,
+    *,
+    grad_enabled: bool = True,
 ) -> JointGraph:
-    """Trace ``joint(primals, tangents) -> [fw_outs, grads]`` under functionalization."""
+    """Trace ``joint(primals, tangents) -> [fw_outs, grads]`` under functionalization.
+
+    The forward runs in the caller's grad mode ``grad_enabled`` (under no_grad only the
+    program's own ``enable_grad`` regions record autograd, as in eager); the gradients are
+    taken whatever the mode."""
     signature = analysis.signature
     forward = _functional_forward(program, analysis, protect_mutated_inputs=True)
     primals = _primals(fake_inputs, fake_mode)
@@ -140,8 +146,9 @@ def trace_joint(
         with mode:
             f_primals = [to_functional(p) for p in primals]
             f_tangents = [to_functional(t) for t in tangents]
-        with mode, torch.enable_grad(), EagerRewrites():
+        with mode, torch.set_grad_enabled(grad_enabled), EagerRewrites():
             fw_outs = forward(*f_primals)
+        with mode, torch.enable_grad(), EagerRewrites():
             diff_outs = [fw_outs[p] for p in tangent_positions]
             grads: list[Any] = [None] * len(f_primals)
             wrt = [f_primals[i] for i in grad_inputs]
