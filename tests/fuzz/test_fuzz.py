@@ -44,7 +44,6 @@ def _impl():
 # strict-xfail tests (each listed test must fail with exactly its key's signature).
 KNOWN: dict[str, list[str]] = {
     # --- wrong values (outputs, inputs, gradients)
-    "call.output values": ["test_view_of_transposed_input_after_masked_fill__and_metadata_mutation"],
     "call.baseN values": ["test_data_mutation_through_view_of_input_moved_by_as_strided_"],
     "backward.baseN.grad values": ["test_mul__through_t__mutated_view_of_intermediate_grad", "test_grad_of_view_of_intermediate_taken_before_t_", "test_dynamic_view_of_detached_alias_mutated_by_source"],
     "call.output.storage_offset": ["test_dynamic_empty_diagonal_alias_of_intermediate_storage_offset"],

@@ -34,6 +34,7 @@ from .effects import effects_as_ordered_nodes
 from .metadata import InputInfo, OutputInfo, OutputType, ViewAndMutationMetadata
 from .signature import GraphSignature
 from .subclasses import TensorStructure
+from .view_geometry import EagerViewGeometry, Geometry
 
 _TRACING_LIMITATIONS = (
     DataDependentOutputException,
@@ -105,6 +106,30 @@ def relative_view_metas(view: FunctionalTensor, base: FunctionalTensor) -> list 
         # is exact, and keeps the gradient that reaches past ``base``'s elements
         return None
     return rest
+
+
+def _replayable_on(
+    view_metas: list | None, base: torch.Tensor, base_geometry: Geometry, geometry: Geometry, fake_mode: FakeTensorMode
+) -> list | None:
+    """``view_metas`` where replaying them on ``base`` laid out as ``base_geometry`` (as the
+    runtime has it: after the call) gives the view's eager ``geometry``; else None (the
+    runtime then uses ``as_strided``, which is exact).
+
+    A view taken before a metadata mutation of its base (``v = a[1]; a.t_()``) keeps the
+    geometry it was made with in eager; replayed on the re-strided base it would not."""
+    if not view_metas:
+        return view_metas
+    with fake_mode:
+        storage = torch.empty(
+            base.untyped_storage().nbytes() // base.element_size(), dtype=base.dtype, device=base.device
+        )
+        try:
+            out = functionalization.apply_view_meta_sequence(storage.as_strided(*base_geometry), view_metas)
+        except Exception:  # noqa: BLE001 - a chain that no longer applies: use as_strided
+            return None
+        if (tuple(out.shape), tuple(out.stride()), out.storage_offset()) != geometry:
+            return None
+    return view_metas
 
 
 _METADATA_INPLACE = frozenset(
@@ -230,6 +255,7 @@ class _EagerChecks(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+
 def reject_inplace_on_leaves(call_inputs: list[torch.Tensor], metadata: ViewAndMutationMetadata) -> None:
     """Raise eager's error for an in-place op, seen by autograd, on a leaf that requires grad
     or on a view of one. ``metadata`` is the analysis over ``call_inputs`` (the real tensors):
@@ -271,6 +297,9 @@ def analyze(
             for i, f in reversed(list(enumerate(f_inputs))) if isinstance(f, torch.Tensor)
         },
     )
+    geometry = EagerViewGeometry(
+        [(f, t) for f, t in zip(f_inputs, fake_inputs) if isinstance(t, torch.Tensor)]
+    )
     try:
         with contextlib.ExitStack() as stack:
             stack.enter_context(fake_mode)
@@ -278,6 +307,7 @@ def analyze(
             stack.enter_context(torch.set_grad_enabled(grad_enabled))
             stack.enter_context(mode)
             stack.enter_context(checks)
+            stack.enter_context(geometry)
             stack.enter_context(EagerRewrites())
             out_leaves, out_spec = program(*f_inputs)
     except AotgradCompileError:
@@ -314,7 +344,7 @@ def analyze(
                 mutation_visible_to_autograd=visible,
                 requires_grad=fake.requires_grad,
                 is_leaf=fake.is_leaf,
-                new_view=(tuple(f.shape), tuple(f.stride()), f.storage_offset()) if meta else None,
+                new_view=geometry.geometry(f) if meta else None,
                 addresses_storage=i in checks.storage_addressed,
             )
         )
@@ -360,11 +390,9 @@ def analyze(
             # (also when a later grad-mode view was taken of it: eager's gradient then stops at
             # the no_grad view, so it must not reach the input through a replayed chain)
             "no_grad_view": _made_under_no_grad(o),
-            "size": tuple(o.shape),
-            "stride": tuple(o.stride()),
-            "storage_offset": o.storage_offset(),
             "dtype": o.dtype,
         }
+        common["size"], common["stride"], common["storage_offset"] = geometry.geometry(o)
         if id(o) in seen_outputs:
             first = output_info[seen_outputs[id(o)]]
             output_info.append(
@@ -390,7 +418,10 @@ def analyze(
                 OutputInfo(
                     OutputType.alias_of_input,
                     call_input_index=i,
-                    view_source=relative_view_metas(o, f_inputs[i]),
+                    view_source=_replayable_on(
+                        relative_view_metas(o, f_inputs[i]), fake_inputs[i], geometry.geometry(f_inputs[i]),
+                        geometry.geometry(o), fake_mode,
+                    ),
                     **common,
                 )
             )
@@ -408,7 +439,12 @@ def analyze(
             base_index_of[id(base)] = index
             base_sources.append(j)
             base_requires_grad.append(base.requires_grad)
-        output_info.append(OutputInfo(kind, base_index=index, view_source=relative_view_metas(o, base), **common))
+        output_info.append(OutputInfo(
+            kind, base_index=index, view_source=_replayable_on(
+                relative_view_metas(o, base), base, geometry.geometry(base), geometry.geometry(o), fake_mode
+            ),
+            **common,
+        ))
 
     if not any(x.requires_grad for x in input_info) and any(
         o.requires_grad for o in output_info

@@ -1,0 +1,149 @@
+"""Eager's geometry of the views a program makes, tracked beside the functional run.
+
+Functionalization gives a view the size, stride and storage offset it derives from its base's
+*current* value. That is not eager's where a data mutation replaced the base's value (the
+functional value of ``x[1:].mul_(2)`` starts at offset 0, eager's at the slice's offset; a
+non-contiguous input's new value may be laid out otherwise) or where the base's metadata
+changed after the view was taken (eager's view keeps the geometry it was made with). The
+runtime rebuilds aliased outputs and re-strides mutated inputs from these numbers, so they
+must be eager's.
+
+:class:`EagerViewGeometry` keeps, for each input and each view derived from one, a *shadow*:
+a meta tensor laid out as eager lays the tensor out. Every view op and in-place metadata op
+the program applies to a shadowed tensor is applied to its shadow too (outside the tracing
+modes: meta tensors hold no data), so a shadow's geometry is eager's at every step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+import torch._C._functionalization as functionalization
+import torch.utils._pytree as pytree
+from torch._subclasses.functional_tensor import FunctionalTensor
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import _disable_current_modes
+
+from ..errors import AotgradCompileError, current_user_line
+
+__all__ = ["EagerViewGeometry", "Geometry"]
+
+Geometry = tuple[tuple[int, ...], tuple[int, ...], int]  # size, stride, storage_offset
+
+#: in-place ops that change a tensor's size, stride or offset (and no data)
+_METADATA_INPLACE = frozenset(
+    {"t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_", "as_strided_"}
+)
+#: ops whose offsets and strides address the storage as laid out
+_STORAGE_ADDRESSING = frozenset({"as_strided", "as_strided_"})
+#: in-place ops after which a shadow cannot follow (storage swapped or resized)
+_UNSHADOWABLE = frozenset({"resize_", "resize_as_", "set_"})
+
+
+def _geometry(t: torch.Tensor) -> Geometry:
+    return (tuple(t.shape), tuple(t.stride()), t.storage_offset())
+
+
+class EagerViewGeometry(TorchFunctionMode):
+    """Shadows the inputs' (and their views') eager layout during the analysis run.
+
+    ``inputs``: (functional input, the fake tensor it wraps, laid out as the caller's).
+    """
+
+    def __init__(self, inputs: list[tuple[FunctionalTensor, torch.Tensor]]) -> None:
+        super().__init__()
+        #: id(functional tensor) -> (the tensor, kept so its id stays its own; its shadow)
+        self.shadows: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        with _disable_current_modes():
+            for f, fake in inputs:
+                storage = torch.empty(
+                    fake.untyped_storage().nbytes() // fake.element_size(), dtype=fake.dtype, device="meta"
+                )
+                self.shadows[id(f)] = (f, storage.as_strided(*_geometry(fake)))
+
+    def _shadow(self, t: Any) -> torch.Tensor | None:
+        entry = self.shadows.get(id(t)) if isinstance(t, FunctionalTensor) else None
+        return entry[1] if entry is not None and entry[0] is t else None
+
+    def geometry(self, t: torch.Tensor) -> Geometry:
+        """``t``'s (size, stride, storage_offset) as eager has it now; the functional one
+        where ``t`` is not an input or a view derived from one."""
+        shadow = self._shadow(t)
+        return _geometry(shadow if shadow is not None else t)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        shadow = self._shadow(args[0]) if args else None
+        if shadow is None:
+            return func(*args, **kwargs)
+        name = getattr(func, "__name__", "")
+        if name in _STORAGE_ADDRESSING and _relaid_out(args[0], shadow):
+            raise AotgradCompileError(
+                f"aotgrad: {name} at {current_user_line()} on a tensor that functionalization "
+                "lays out otherwise than eager (a sliced or non-contiguous input after an in-place "
+                "op on it): its offsets and strides would name other elements. Take as_strided "
+                "before the in-place op, or of a clone()."
+            )
+        out = func(*args, **kwargs)
+        with torch._C.DisableTorchFunction():  # the attribute reads below are no program ops
+            self._follow(func, name, args, kwargs, shadow, out)
+        return out
+
+    def _follow(self, func, name: str, args: tuple, kwargs: dict, shadow: torch.Tensor, out: Any) -> None:
+        """Apply to ``shadow`` what ``func`` did to ``args[0]`` (an in-place metadata op), or
+        shadow the views of ``args[0]`` that ``func`` returned."""
+        if name == "__get__":
+            return  # an attribute (``._base`` is no new view)
+        if any(isinstance(a, torch.Tensor) for a in pytree.tree_leaves((args[1:], kwargs))):
+            return  # indexing by tensors copies; nothing else a view op takes is a tensor
+        if name in _UNSHADOWABLE:
+            del self.shadows[id(args[0])]
+            return
+        if name in _METADATA_INPLACE:
+            with _outside_tracing():
+                func(shadow, *args[1:], **kwargs)
+            return
+        results = out if isinstance(out, (tuple, list)) else (out,)
+        views = [r for r in results if isinstance(r, FunctionalTensor) and r is not args[0] and _is_alias(r, args[0])]
+        if not views:
+            return
+        try:
+            with _outside_tracing():
+                if name == "detach":
+                    shadow_out: Any = shadow.as_strided(*_geometry(shadow))
+                else:
+                    shadow_out = func(shadow, *args[1:], **kwargs)
+        except Exception:  # noqa: BLE001 - no shadow: the functional geometry is used
+            return
+        shadow_results = shadow_out if isinstance(shadow_out, (tuple, list)) else (shadow_out,)
+        if len(shadow_results) != len(results):
+            return
+        for r, s in zip(results, shadow_results):
+            if isinstance(s, torch.Tensor) and any(r is v for v in views):
+                self.shadows[id(r)] = (r, s)
+
+
+def _relaid_out(t: FunctionalTensor, shadow: torch.Tensor) -> bool:
+    """``t`` starts its view chain and functionalization's value for it is laid out unlike
+    eager's tensor: an in-place op replaced the value (a fresh tensor at offset 0) of a
+    sliced or non-contiguous input. ``as_strided`` of it would address other elements."""
+    with torch._C.DisableTorchFunction():
+        if functionalization.get_view_meta_sequence(t.elem):
+            return False
+        torch._sync(t)
+        return _geometry(torch._from_functional_tensor(t.elem)) != _geometry(shadow)
+
+
+@contextlib.contextmanager
+def _outside_tracing():
+    """No dispatch mode (fake, functional) and no torch-function mode (the analysis checks)
+    sees the ops run on shadows."""
+    with _disable_current_modes(), torch._C.DisableTorchFunction():
+        yield
+
+
+def _is_alias(result: FunctionalTensor, source: torch.Tensor) -> bool:
+    """``result`` is a view (or detach()ed alias) of ``source``'s storage."""
+    return result._base is not None or result.untyped_storage()._cdata == source.untyped_storage()._cdata
