@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 
 _set_grad_enabled = torch._C._set_grad_enabled
 _DEFAULT_VIEW = torch._C._autograd.CreationMeta.DEFAULT
+_set_version_counter = torch._C._autograd._unsafe_set_version_counter
 
 
 class TensorAlias:
@@ -211,8 +212,13 @@ def replay_metadata(real: torch.Tensor, new_view: tuple) -> None:
     As in eager, autograd records the change only where it sees it; on a leaf that requires
     grad eager only allows it under no_grad.
     """
+    version = real._version
     with torch.set_grad_enabled(torch.is_grad_enabled() and real.requires_grad and not real.is_leaf):
         real.as_strided_(*new_view)
+    # No data changed: the compiled forward's saved views of ``real`` (made with its old
+    # geometry) stay valid, as eager's, saved after its own metadata op, are. A later
+    # in-place op by the caller still bumps the version and fails their backward as in eager.
+    _set_version_counter((real,), (version,))
 
 
 def apply_writebacks(
