@@ -173,7 +173,6 @@ def f(a, b, c):
     )
 
 
-@XFAIL('aotgrad regenerates the output as a view of the input that requires grad')
 def test_detach_output_of_metadata_mutated_input():
     """Returning b.detach() of an input that is then unsqueeze_()d: the output must not require grad and is not a view."""
     check_case(
@@ -307,7 +306,6 @@ def f(a, s):
     )
 
 
-@XFAIL('aotgrad returns a view (_base set)')
 def test_dtype_view_of_no_grad_views_of_input():
     """view(torch.int32) of no_grad views of an input whose metadata was mutated; eager's output is not a view."""
     check_case(
@@ -736,7 +734,6 @@ def f(a):
     )
 
 
-@XFAIL("aotgrad's output is a view (_base set); eager's metadata-mutated detach() is not a view")
 def test_metadata_mutated_detach_of_input_is_not_a_view():
     """t0 = a.detach(); t0.unsqueeze_(0); return t0: detach() output is no view in eager (_is_view() False, _base None)."""
     check_case(
@@ -751,7 +748,6 @@ def f(a):
     )
 
 
-@XFAIL("output _base is the input (base0); in eager it is the detach() alias")
 def test_split_of_detached_alias_base_after_input_t_():
     """t5 = c.detach().split(1, 0)[0], then c.t_(): eager's t5._base is the detached tensor, not c."""
     check_case(
@@ -1204,7 +1200,6 @@ def f(a):
     )
 
 
-@XFAIL("aotgrad's output is a view (_base set); eager's is not")
 def test_dtype_view_of_input_then_input_t_():
     """t0 = a.view(torch.int32), then a.t_(): eager's t0 is no view (_is_view() False, _base None)."""
     check_case(
@@ -1219,7 +1214,6 @@ def f(a):
     )
 
 
-@XFAIL("aotgrad raises 'Can't detach views in-place' at the post-call detach_() (its output is a view; same root cause as test_dtype_view_of_input_then_input_t_)")
 def test_detach__of_dtype_view_output_after_input_t_():
     """As above, then the caller detaches the output in place: legal in eager (it is no view)."""
     check_case(
@@ -1592,7 +1586,6 @@ def f(a):
     )
 
 
-@XFAIL("aotgrad's output requires grad and is a view of the input a (base0); eager's is a view of the detach() and does not require grad")
 def test_view_of_detach_of_leaf_after_no_grad_unsqueeze__of_leaf():
     """t2 = a.detach()[1:], then a.unsqueeze_(0) under no_grad (legal for a leaf): t2 stays a non-differentiable view of the detached tensor."""
     check_case(
@@ -1608,7 +1601,6 @@ def f(a):
     )
 
 
-@XFAIL("aotgrad raises 'A view was created in no_grad mode and is being modified inplace with grad mode enabled' at the caller's unsqueeze_ (same root cause as test_view_of_detach_of_leaf_after_no_grad_unsqueeze__of_leaf)")
 def test_caller_metadata_mutation_of_view_of_detach_after_no_grad_unsqueeze__of_leaf():
     """As above, then the caller does t2.unsqueeze_(0): legal in eager (t2 does not require grad)."""
     check_case(

@@ -90,7 +90,7 @@ def relative_view_metas(view: FunctionalTensor, base: FunctionalTensor) -> list 
 
     Functionalization records each view's chain from its storage's root; the chain from
     ``base`` is what follows ``base``'s own chain. None when that is not a clean suffix or a
-    step has symbolic inputs or is an ``as_strided`` (the runtime then uses ``as_strided``).
+    step has symbolic inputs (the runtime then falls back to ``as_strided``).
     """
     seq = functionalization.get_view_meta_sequence(view.elem)
     prefix = functionalization.get_view_meta_sequence(base.elem)
@@ -100,10 +100,6 @@ def relative_view_metas(view: FunctionalTensor, base: FunctionalTensor) -> list 
         return None
     rest = list(seq[len(prefix):])
     if any(vm.has_symbolic_inputs for vm in rest):
-        return None
-    if any(type(vm).__name__ == "as_strided_ViewMeta" for vm in rest):
-        # as_strided addresses the storage: the runtime's as_strided off the autograd root
-        # is exact, and keeps the gradient that reaches past ``base``'s elements
         return None
     return rest
 
@@ -414,14 +410,27 @@ def analyze(
             continue
         if storage in input_storages:
             i = input_storages[storage]
+            # Autograd's root of the view: an input, or a detach()ed alias of one (a root
+            # that shares the input's storage); a detached alias that requires grad again
+            # (an in-place op with a grad operand) is rebuilt as a view of the input.
+            detached = not o.requires_grad and (o._base is None or all(o._base is not f for f in f_inputs))
+            view_source = _replayable_on(
+                relative_view_metas(o, f_inputs[i]), fake_inputs[i], geometry.geometry(f_inputs[i]),
+                geometry.geometry(o), fake_mode,
+            )
+            # After an in-place op on the input, eager regenerates an as_strided view's
+            # grad_fn off the autograd root (its gradient reaches past the input's elements)
+            off_root = input_info[i].mutates_data and any(
+                type(vm).__name__ == "as_strided_ViewMeta" for vm in view_source or ()
+            )
             output_info.append(
                 OutputInfo(
                     OutputType.alias_of_input,
                     call_input_index=i,
-                    view_source=_replayable_on(
-                        relative_view_metas(o, f_inputs[i]), fake_inputs[i], geometry.geometry(f_inputs[i]),
-                        geometry.geometry(o), fake_mode,
-                    ),
+                    detached=detached,
+                    is_view=o._base is not None,
+                    off_root=off_root,
+                    view_source=None if off_root else view_source,
                     **common,
                 )
             )
@@ -506,4 +515,7 @@ def _is_tracing_limitation(exc: BaseException) -> bool:
         # a write through as_strided of a non-contiguous tensor that requires grad: torch's
         # functional as_strided_scatter has no autograd formula there (eager writes in place)
         or "as_strided_scatter is currently only supported for contiguous inputs" in text
+        # a write through as_strided of a view that autograd records: torch's
+        # functionalization cannot replay it onto the base
+        or "as_strided() is non-compositional" in text
     )

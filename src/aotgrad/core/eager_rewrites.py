@@ -16,8 +16,8 @@ eager's own fill, so the traced graph consumes the generator exactly as eager do
 - **as_strided of a view.** ``v.as_strided(size, stride, offset)`` addresses ``v``'s storage,
   so it is the same view as ``v._base.as_strided(...)``; functionalization refuses a mutation
   through an ``as_strided`` that is not the first view of its chain, so it is taken of the
-  base, where autograd would give the same result (same dtype and requires_grad, not a
-  no_grad or multi-output view, whose in-place errors eager raises off ``v``'s chain).
+  base where autograd records neither (eager's gradient of ``v.as_strided`` reaches only
+  ``v``'s elements) and the dtype is the same.
 """
 
 from __future__ import annotations
@@ -47,7 +47,6 @@ _FUNCTIONAL_DROPOUT = torch.nn.functional.dropout
 _POLYGAMMA_INPLACE = torch.Tensor.polygamma_
 _SQUEEZE_INPLACE = torch.Tensor.squeeze_
 _AS_STRIDED = {torch.Tensor.as_strided, torch.as_strided}
-_DEFAULT_VIEW = torch._C._autograd.CreationMeta.DEFAULT
 
 
 class EagerRewrites(TorchFunctionMode):
@@ -81,11 +80,10 @@ class EagerRewrites(TorchFunctionMode):
 
 
 def _as_strided_of_base(v: torch.Tensor) -> bool:
-    """``v.as_strided(...)`` may be taken of ``v._base`` instead (see the module docstring)."""
+    """``v.as_strided(...)`` may be taken of ``v._base`` instead (see the module docstring):
+    not where autograd records it, as its gradient then reaches only ``v``'s elements."""
     base = getattr(v, "_base", None)
-    if base is None or base.dtype != v.dtype or base.requires_grad != v.requires_grad:
-        return False
-    return not v.requires_grad or torch._C._autograd._get_creation_meta(v) == _DEFAULT_VIEW
+    return base is not None and base.dtype == v.dtype and not v.requires_grad and not base.requires_grad
 
 
 def _squeeze_(x: torch.Tensor, dim: int | tuple[int, ...]) -> torch.Tensor:

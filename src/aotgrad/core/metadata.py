@@ -105,6 +105,16 @@ class OutputInfo:
     duplicate_of: int | None = None
     #: a view made under no_grad of a base that requires grad (no grad_fn, as in eager)
     no_grad_view: bool = False
+    #: ``alias_of_input`` only: eager's output is a ``detach()``ed alias of the input (no
+    #: autograd view: ``_base`` None) or a view of one (its ``_base`` is that alias, not the
+    #: input); rebuilt off ``input.detach()``
+    detached: bool = False
+    #: with ``detached``: the output is an autograd view (of the detached alias)
+    is_view: bool = True
+    #: ``alias_of_input`` rebuilt with ``as_strided``: taken of the input's autograd root,
+    #: as eager's view's grad_fn is once an in-place op on the input regenerated it (its
+    #: gradient then reaches the root also outside the input's elements)
+    off_root: bool = False
     view_source: Any = field(default=None, compare=False, repr=False)
     constant: Any = field(default=None, compare=False)
 

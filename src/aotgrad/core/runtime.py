@@ -54,8 +54,16 @@ def regenerate_alias(base: torch.Tensor, info: OutputInfo, geometry: tuple | Non
     ``geometry``: the output's (size, stride, storage_offset) on this call, where the
     entry's are symbolic (``info`` has them otherwise).
     requires_grad is made to match eager's: a view that does not require grad of a base
-    that does is replayed under no_grad (as the eager view was made without autograd).
+    that does is replayed under no_grad (as the eager view was made without autograd). An
+    output eager made through ``detach()`` is rebuilt off ``base.detach()`` (``_base`` and
+    view-ness as in eager).
     """
+    if info.detached:
+        base = base.detach()
+        if not info.is_view:
+            # (a dtype view is no autograd view in eager either)
+            size, stride, offset = (info.size, info.stride, info.storage_offset) if geometry is None else geometry
+            return _as_dtype(base, info.dtype).as_strided_(size, stride, offset)
     if not (base.requires_grad and (not info.requires_grad or info.no_grad_view)):
         return _view_of(base, info, geometry)
     prev = torch.is_grad_enabled()
@@ -73,12 +81,16 @@ def _view_of(base: torch.Tensor, info: OutputInfo, geometry: tuple | None) -> to
         if out.shape == size and out.dtype == info.dtype:
             return out
     if base.dtype != info.dtype:
-        base = base.view(info.dtype) if base.dim() else base.view(-1).view(info.dtype)
-    elif _as_strided_of_root(base):
-        # The same elements (as_strided addresses the storage), and autograd's view of the
-        # root: eager's view reaches the root's gradient also outside ``base``'s elements.
-        base = base._base
+        base = _as_dtype(base, info.dtype)
+    elif info.off_root and _as_strided_of_root(base):
+        base = base._base  # the same elements: as_strided addresses the storage
     return base.as_strided(size, stride, offset)
+
+
+def _as_dtype(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    if t.dtype == dtype:
+        return t
+    return t.view(dtype) if t.dim() else t.view(-1).view(dtype)
 
 
 def _as_strided_of_root(view: torch.Tensor) -> bool:

@@ -1,0 +1,42 @@
+"""Outputs eager makes through ``detach()`` (issue 12, class 2): a detached alias of an input
+is no autograd view (``_base`` None), a view of it has it as ``_base``; neither must come back
+as a view of the input, or a later write or ``detach_()`` by the caller would act differently
+(the harness mutates every returned alias after the call and compares)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from eager_compare import check
+
+MAKE = {
+    "detach": lambda a: a.detach(),
+    "detach_view": lambda a: a.detach()[1:],
+    "detach_t": lambda a: a.detach().t(),
+    "dtype_view": lambda a: a.view(torch.int32),
+    "detach_dtype_view": lambda a: a.detach().view(torch.int32),
+}
+
+AFTER = {
+    "none": lambda a, t: None,
+    "input_t_": lambda a, t: a.t_(),
+    "output_unsqueeze_": lambda a, t: t.unsqueeze_(0),
+    "input_mul_": lambda a, t: a.mul_(2) if a.dtype.is_floating_point else None,
+}
+
+
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["plain", "grad"])
+@pytest.mark.parametrize("after", sorted(AFTER))
+@pytest.mark.parametrize("make", sorted(MAKE))
+def test_detached_alias_output(make, after, requires_grad):
+    def f(a):
+        t = MAKE[make](a)
+        AFTER[after](a, t)
+        return t, a.sum()
+
+    def inputs():
+        x = torch.randn(3, 4, requires_grad=requires_grad)
+        return (x * 1 if requires_grad else x,)
+
+    check(f, inputs)
