@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from eager_compare import check
 
 import aotgrad
 from aotgrad.compilers import nop
-from eager_compare import check
 
 # (base shape, view of the base passed as the input): offset, non-contiguous, negative-free
 INPUT_VIEWS = {

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from eager_compare import check
 
 MAKE = {

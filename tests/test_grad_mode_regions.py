@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from eager_compare import check
 
 import aotgrad
 from aotgrad.compilers import nop
-
-from eager_compare import check
 
 
 def _inputs():

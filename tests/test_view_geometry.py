@@ -9,9 +9,9 @@ import itertools
 
 import pytest
 import torch
+from eager_compare import check
 
 import aotgrad
-from eager_compare import check
 
 INPUTS = {
     "contiguous": lambda: torch.randn(4, 3),

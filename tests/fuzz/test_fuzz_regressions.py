@@ -1617,6 +1617,24 @@ def f(a):
     )
 
 
+@XFAIL("the caller's unsqueeze_ of a returned view of an intermediate, then backward: aotgrad's backward raises 'A view was created in no_grad mode and its base ... modified inplace'")
+def test_caller_unsqueeze__of_view_of_intermediate_then_backward():
+    check_case(
+        source='''
+def f(a, k):
+    t0 = a + a
+    t1 = t0 + a
+    t2 = t1[0:1]
+    t3 = t2 @ t0
+    return t3, t2, a, t3
+''',
+        inputs={'bases': [{'shape': [1], 'dtype': 'float64', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'value', 'value': 0}]},
+        post=[(0, 'detach_()'), (1, 'unsqueeze_(0)')],
+        modes=['grad'],
+        seed=2630,
+    )
+
+
 # --------------------------------------------------------------------------- found against torch's aot_function
 # (AOTGRAD_FUZZ_IMPL=torch); checked here against aotgrad.
 

@@ -63,7 +63,12 @@ def regenerate_alias(base: torch.Tensor, info: OutputInfo, geometry: tuple | Non
         if not info.is_view:
             # (a dtype view is no autograd view in eager either)
             size, stride, offset = (info.size, info.stride, info.storage_offset) if geometry is None else geometry
-            return _as_dtype(base, info.dtype).as_strided_(size, stride, offset)
+            out = _as_dtype(base, info.dtype)
+            if (tuple(out.shape), out.stride(), out.storage_offset()) != (tuple(size), tuple(stride), offset):
+                version = out._version  # re-striding is no write: saved tensors stay valid
+                out.as_strided_(size, stride, offset)
+                _set_version_counter((out,), (version,))
+            return out
     if not (base.requires_grad and (not info.requires_grad or info.no_grad_view)):
         return _view_of(base, info, geometry)
     prev = torch.is_grad_enabled()
