@@ -39,3 +39,14 @@ def test_detached_alias_output(make, after, requires_grad):
         return (x * 1 if requires_grad else x,)
 
     check(f, inputs)
+
+
+@pytest.mark.parametrize("make", ["detach", "dtype_view"])
+def test_view_of_a_returned_detached_alias_has_it_as_base(make):
+    """``d = a.detach(); return d, d[1:]``: eager's second output has the first as ``_base``."""
+
+    def f(a):
+        d = MAKE[make](a)
+        return d, d[1:], d.split(1, 0)[0]
+
+    check(f, lambda: (torch.randn(3, 4),))

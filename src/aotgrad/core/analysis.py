@@ -414,6 +414,19 @@ def analyze(
             # that shares the input's storage); a detached alias that requires grad again
             # (an in-place op with a grad operand) is rebuilt as a view of the input.
             detached = not o.requires_grad and (o._base is None or all(o._base is not f for f in f_inputs))
+            root_output = next((k for k in range(j) if out_leaves[k] is o._base), None) if detached else None
+            if root_output is not None and output_info[root_output].detached:
+                # a view of a detach()ed alias the program returns too: eager's ``_base`` is
+                # that output, so it is rebuilt off it
+                output_info.append(OutputInfo(
+                    OutputType.alias_of_intermediate_base_is_user_output, base_index=root_output,
+                    view_source=_replayable_on(
+                        relative_view_metas(o, o._base), o._base, geometry.geometry(o._base),
+                        geometry.geometry(o), fake_mode,
+                    ),
+                    **common,
+                ))
+                continue
             view_source = _replayable_on(
                 relative_view_metas(o, f_inputs[i]), fake_inputs[i], geometry.geometry(f_inputs[i]),
                 geometry.geometry(o), fake_mode,
