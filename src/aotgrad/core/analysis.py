@@ -136,7 +136,7 @@ _METADATA_INPLACE = frozenset(
 #: view ops whose offset and strides address the storage, not the tensor they are called on
 #: (``as_strided_`` too, but a synthetic base would make its input a view, on which
 #: functionalization replays it wrongly)
-_STORAGE_ADDRESSING = frozenset({"as_strided"})
+_ADDRESSES_INPUT_STORAGE = frozenset({"as_strided"})
 
 #: in-place-named methods that write no tensor data
 _NOT_WRITING_INPLACE = frozenset({"requires_grad_", "share_memory_", "detach_", "retain_grad_", "set_"})
@@ -210,7 +210,7 @@ class _EagerChecks(TorchFunctionMode):
             and torch.is_grad_enabled()
         ):
             raise RuntimeError(_LEAF_INPLACE)
-        if name in _STORAGE_ADDRESSING and args and isinstance(args[0], FunctionalTensor):
+        if name in _ADDRESSES_INPUT_STORAGE and args and isinstance(args[0], FunctionalTensor):
             storage = StorageWeakRef(args[0].untyped_storage())
             i = self.input_storages.get(storage)
             if i is not None:

@@ -65,9 +65,7 @@ def regenerate_alias(base: torch.Tensor, info: OutputInfo, geometry: tuple | Non
             size, stride, offset = (info.size, info.stride, info.storage_offset) if geometry is None else geometry
             out = _as_dtype(base, info.dtype)
             if (tuple(out.shape), out.stride(), out.storage_offset()) != (tuple(size), tuple(stride), offset):
-                version = out._version  # re-striding is no write: saved tensors stay valid
-                out.as_strided_(size, stride, offset)
-                _set_version_counter((out,), (version,))
+                _restride(out, (size, stride, offset))
             return out
     if not (base.requires_grad and (not info.requires_grad or info.no_grad_view)):
         return _view_of(base, info, geometry)
@@ -93,12 +91,15 @@ def _view_of(base: torch.Tensor, info: OutputInfo, geometry: tuple | None) -> to
 
 
 def _as_dtype(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``t`` viewed as ``dtype`` (a 0-d tensor through 1-d, which ``view(dtype)`` needs)."""
     if t.dtype == dtype:
         return t
     return t.view(dtype) if t.dim() else t.view(-1).view(dtype)
 
 
 def _as_strided_of_root(view: torch.Tensor) -> bool:
+    """``view._base.as_strided(...)`` has the requires_grad and autograd standing of
+    ``view.as_strided(...)`` (same dtype, not detached, not a no_grad or multi-output view)."""
     root = view._base
     return (
         root is not None
@@ -229,13 +230,18 @@ def replay_metadata(real: torch.Tensor, new_view: tuple) -> None:
     As in eager, autograd records the change only where it sees it; on a leaf that requires
     grad eager only allows it under no_grad.
     """
-    version = real._version
     with torch.set_grad_enabled(torch.is_grad_enabled() and real.requires_grad and not real.is_leaf):
-        real.as_strided_(*new_view)
-    # No data changed: the compiled forward's saved views of ``real`` (made with its old
-    # geometry) stay valid, as eager's, saved after its own metadata op, are. A later
-    # in-place op by the caller still bumps the version and fails their backward as in eager.
-    _set_version_counter((real,), (version,))
+        _restride(real, new_view)
+
+
+def _restride(t: torch.Tensor, geometry: tuple) -> None:
+    """``t.as_strided_(*geometry)`` keeping ``t``'s version: no data changes, so the compiled
+    forward's saved views of ``t`` (made with its old geometry) stay valid, as eager's, saved
+    after its own metadata op, are. A later in-place op by the caller still bumps the
+    version and fails their backward, as in eager."""
+    version = t._version
+    t.as_strided_(*geometry)
+    _set_version_counter((t,), (version,))
 
 
 def apply_writebacks(
