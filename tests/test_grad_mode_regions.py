@@ -132,3 +132,22 @@ def test_enable_grad_region_gradient_matches_eager_under_no_grad_call():
         got = torch.autograd.grad(aotgrad.aot_function(f, nop)(x, w), (x, w))
     for a, b in zip(expected, got):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("view", ["unbind", "select", "t", "narrow"])
+def test_grad_mode_view_of_no_grad_view_of_input(view):
+    """A view taken in grad mode of a view made under no_grad: it requires grad and has a
+    grad_fn, but its gradient stops at the no_grad view (eager), none reaches the input."""
+    views = {
+        "unbind": lambda t: t.unbind(0)[0],
+        "select": lambda t: t[0],
+        "t": lambda t: t.t(),
+        "narrow": lambda t: t.narrow(1, 0, 2),
+    }
+
+    def f(a):
+        with torch.no_grad():
+            t0 = a.unsqueeze(0)
+        return views[view](t0), a.relu()
+
+    check(f, lambda: (torch.randn(3, 4, requires_grad=True) * 1,))

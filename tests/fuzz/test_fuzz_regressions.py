@@ -688,7 +688,6 @@ def f(a, b):
     )
 
 
-@XFAIL("aotgrad rebuilds a grad-mode view of a no_grad view entirely under no_grad: backward through it raises where eager stops the gradient at the no_grad view (it no longer leaks into the input's .grad)")
 def test_grad_mode_view_of_no_grad_view_of_input_corrupts_input_grad():
     """t0 = a.view(3) under no_grad is a leaf of its own in eager (requires_grad, no grad_fn), so t0[1]'s gradient stops there: a.grad is just the cotangent of a * 1; aotgrad's differs at index 1."""
     check_case(

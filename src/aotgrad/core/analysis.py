@@ -104,6 +104,15 @@ def relative_view_metas(view: FunctionalTensor, base: FunctionalTensor) -> list 
     return rest
 
 
+def _partial_no_grad_steps(view_source: list | None, prefix: int, base: FunctionalTensor, view: FunctionalTensor) -> int:
+    """Of ``view_source`` (the chain from ``base`` to ``view``), how many leading steps eager
+    made under no_grad, where some but not all were (all: ``no_grad_view``)."""
+    if not view_source or not view.requires_grad:
+        return 0
+    k = prefix - len(functionalization.get_view_meta_sequence(base.elem))
+    return k if 0 < k < len(view_source) else 0
+
+
 def _replayable_on(
     view_metas: list | None, base: torch.Tensor, base_geometry: Geometry, geometry: Geometry, fake_mode: FakeTensorMode
 ) -> list | None:
@@ -444,6 +453,7 @@ def analyze(
                     is_view=o._base is not None,
                     off_root=off_root,
                     view_source=None if off_root else view_source,
+                    no_grad_steps=_partial_no_grad_steps(view_source, geometry.no_grad_prefix(o), f_inputs[i], o),
                     **common,
                 )
             )

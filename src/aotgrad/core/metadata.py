@@ -111,6 +111,9 @@ class OutputInfo:
     detached: bool = False
     #: with ``detached``: the output is an autograd view (of the detached alias)
     is_view: bool = True
+    #: how many leading steps of ``view_source`` eager made under no_grad (the rest in grad
+    #: mode): the view requires grad and has a grad_fn, but its gradient stops there
+    no_grad_steps: int = 0
     #: ``alias_of_input`` rebuilt with ``as_strided``: taken of the input's autograd root,
     #: as eager's view's grad_fn is once an in-place op on the input regenerated it (its
     #: gradient then reaches the root also outside the input's elements)

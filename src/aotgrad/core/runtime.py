@@ -67,6 +67,16 @@ def regenerate_alias(base: torch.Tensor, info: OutputInfo, geometry: tuple | Non
             if (tuple(out.shape), out.stride(), out.storage_offset()) != (tuple(size), tuple(stride), offset):
                 _restride(out, (size, stride, offset))
             return out
+    if info.no_grad_steps and base.requires_grad:
+        # eager made the first steps under no_grad: the chain's gradient stops there
+        k = info.no_grad_steps
+        prev = torch.is_grad_enabled()
+        _set_grad_enabled(False)
+        try:
+            head = functionalization.apply_view_meta_sequence(base, info.view_source[:k])
+        finally:
+            _set_grad_enabled(prev)
+        return functionalization.apply_view_meta_sequence(head, info.view_source[k:])
     if not (base.requires_grad and (not info.requires_grad or info.no_grad_view)):
         return _view_of(base, info, geometry)
     prev = torch.is_grad_enabled()

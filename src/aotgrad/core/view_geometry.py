@@ -56,6 +56,9 @@ class EagerViewGeometry(TorchFunctionMode):
         super().__init__()
         #: id(functional tensor) -> (the tensor, kept so its id stays its own; its shadow)
         self.shadows: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        #: id(view) -> (the view, how many leading steps of its view chain were made under
+        #: no_grad of a base that requires grad: eager's gradient stops there)
+        self.no_grad_steps: dict[int, tuple[torch.Tensor, int]] = {}
         with _disable_current_modes():
             for f, fake in inputs:
                 storage = torch.empty(
@@ -72,6 +75,12 @@ class EagerViewGeometry(TorchFunctionMode):
         where ``t`` is not an input or a view derived from one."""
         shadow = self._shadow(t)
         return _geometry(shadow if shadow is not None else t)
+
+    def no_grad_prefix(self, t: torch.Tensor) -> int:
+        """How many leading steps of ``t``'s view chain (from its storage's root) were made
+        under no_grad of a base that requires grad (0: none)."""
+        entry = self.no_grad_steps.get(id(t))
+        return entry[1] if entry is not None and entry[0] is t else 0
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -123,6 +132,10 @@ class EagerViewGeometry(TorchFunctionMode):
         for r, s in zip(results, shadow_results):
             if isinstance(s, torch.Tensor) and any(r is v for v in views):
                 self.shadows[id(r)] = (r, s)
+                if not torch.is_grad_enabled() and args[0].requires_grad:
+                    self.no_grad_steps[id(r)] = (r, len(functionalization.get_view_meta_sequence(r.elem)))
+                elif self.no_grad_prefix(args[0]):
+                    self.no_grad_steps[id(r)] = (r, self.no_grad_prefix(args[0]))
 
 
 def _relaid_out(t: FunctionalTensor, shadow: torch.Tensor) -> bool:
