@@ -87,3 +87,39 @@ def test_view_of_input_requiring_grad_after_data_mutation(inputs):
         return a[1], a[:, 0]
 
     check(f, lambda: (make().requires_grad_() * 1,))
+
+
+def test_detach_then_view_as_after_data_mutation_of_sliced_input():
+    def f(a):
+        a.zero_()
+        d = a.detach()
+        return d.view_as(d), d.expand_as(d)
+
+    check(f, lambda: (torch.randn(2, 2, 3)[1:],))
+
+
+def test_contiguous_of_strided_input_mutated_later_is_a_copy():
+    """``b.contiguous()`` copies a non-dense input in eager; the clone that protects a mutated
+    input requiring grad inside the graph keeps its strides, so it copies there too."""
+
+    def f(b):
+        t = b.contiguous().view(1, 3)
+        with torch.no_grad():
+            b.mul_(3)
+        return t, b.sum()
+
+    check(f, lambda: (torch.randn(4, 3, requires_grad=True).as_strided((3,), (3,), 0),))
+
+
+def test_as_strided__of_non_contiguous_view_then_write_is_refused():
+    def f(b):
+        t = b.diagonal()
+        t.as_strided_((2,), (2,), 1)
+        t.mul_(2)
+        return b.sum()
+
+    b = torch.randn(3, 3)
+    before = b.clone()
+    with pytest.raises(aotgrad.AotgradCompileError, match="as_strided_"):
+        aotgrad.aot_function(f, aotgrad.nop)(b)
+    assert torch.equal(b, before)

@@ -208,6 +208,9 @@ class _EagerChecks(TorchFunctionMode):
         self.input_storages = input_storages
         #: inputs the program takes ``as_strided`` of (directly or through a view)
         self.storage_addressed: set[int] = set()
+        #: storages with a non-contiguous view re-strided in place (``as_strided_``), to
+        #: the user line: a later write into them is refused
+        self.restrided_views: dict[StorageWeakRef, str] = {}
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -224,6 +227,26 @@ class _EagerChecks(TorchFunctionMode):
             i = self.input_storages.get(storage)
             if i is not None:
                 self.storage_addressed.add(i)
+        if name == "as_strided_" and args and isinstance(args[0], FunctionalTensor):
+            v = args[0]
+            if v._base is not None and not v.is_contiguous():
+                self.restrided_views.setdefault(StorageWeakRef(v.untyped_storage()), current_user_line())
+        if (
+            self.restrided_views
+            and _is_write(name)
+            and name not in _METADATA_INPLACE
+            and name not in _NOT_WRITING_INPLACE
+            and args
+            and isinstance(args[0], FunctionalTensor)
+            and StorageWeakRef(args[0].untyped_storage()) in self.restrided_views
+        ):
+            raise AotgradCompileError(
+                f"aotgrad: in-place {name} at {current_user_line()} writes into a storage with a "
+                f"non-contiguous view re-strided by as_strided_ ({self.restrided_views[StorageWeakRef(args[0].untyped_storage())]}): "
+                "functionalization replays such a write onto a copy of the view's old layout and "
+                "would change other elements than eager. Use as_strided (out of place) of the base, "
+                "or clone() first."
+            )
         if (
             _is_write(name)
             and name not in _METADATA_INPLACE

@@ -15,12 +15,13 @@ from typing import Any
 
 import torch
 import torch.fx
+from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch._subclasses.functional_tensor import FunctionalTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from ..errors import AotgradCompileError, compile_error_from
-from .analysis import Analysis, from_functional, to_functional
+from .analysis import Analysis, from_functional, overlaps_itself, to_functional
 from .eager_rewrites import EagerRewrites
 from .effects import effects_as_ordered_nodes, is_effectful
 from .signature import GraphSignature, mark_tangents
@@ -57,7 +58,7 @@ def _functional_forward(
                 tuple(x.shape), tuple(x.stride()), x.storage_offset()
             )
             if protect_mutated_inputs and info.mutates_data and x.requires_grad:
-                inputs[i] = originals[i] = x.clone()
+                inputs[i] = originals[i] = _clone_keeping_strides(x)
             if geometry_changes or (protect_mutated_inputs and info.mutates_metadata and not info.mutates_data):
                 inputs[i] = inputs[i].view(inputs[i].shape)
         out_leaves, _ = program(*inputs)
@@ -74,6 +75,16 @@ def _functional_forward(
         )
 
     return forward
+
+
+def _clone_keeping_strides(x: torch.Tensor) -> torch.Tensor:
+    """A copy of ``x`` laid out as ``x`` (``clone()`` makes a non-dense layout contiguous,
+    and then ``contiguous()`` in the program would return it instead of copying, as eager's
+    does on the caller's non-contiguous input). An overlapping layout cannot be written, so it
+    is cloned contiguous."""
+    if is_non_overlapping_and_dense_or_false(x) or overlaps_itself(tuple(x.shape), tuple(x.stride())):
+        return x.clone()
+    return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device).copy_(x)
 
 
 def _trace(fn: Callable, args: tuple, decompositions: dict | None, fake_mode: FakeTensorMode) -> torch.fx.GraphModule:

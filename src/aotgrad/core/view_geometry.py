@@ -38,6 +38,8 @@ _METADATA_INPLACE = frozenset(
 )
 #: ops whose offsets and strides address the storage as laid out
 _STORAGE_ADDRESSING = frozenset({"as_strided", "as_strided_"})
+#: view ops shaped like a second tensor argument
+_SHAPED_LIKE = frozenset({"view_as", "expand_as", "reshape_as"})
 #: in-place ops after which a shadow cannot follow (storage swapped or resized)
 _UNSHADOWABLE = frozenset({"resize_", "resize_as_", "set_"})
 
@@ -105,8 +107,12 @@ class EagerViewGeometry(TorchFunctionMode):
         shadow the views of ``args[0]`` that ``func`` returned."""
         if name == "__get__":
             return  # an attribute (``._base`` is no new view)
-        if any(isinstance(a, torch.Tensor) for a in pytree.tree_leaves((args[1:], kwargs))):
-            return  # indexing by tensors copies; nothing else a view op takes is a tensor
+        rest = args[1:]
+        if name in _SHAPED_LIKE and len(rest) == 1 and isinstance(rest[0], torch.Tensor) and not kwargs:
+            with _outside_tracing():  # only the other tensor's shape matters
+                rest = (torch.empty(tuple(rest[0].shape), dtype=rest[0].dtype, device="meta"),)
+        elif any(isinstance(a, torch.Tensor) for a in pytree.tree_leaves((rest, kwargs))):
+            return  # indexing by tensors copies; no other view op takes a tensor
         if name in _UNSHADOWABLE:
             del self.shadows[id(args[0])]
             return
@@ -115,7 +121,10 @@ class EagerViewGeometry(TorchFunctionMode):
                 func(shadow, *args[1:], **kwargs)
             return
         results = out if isinstance(out, (tuple, list)) else (out,)
-        views = [r for r in results if isinstance(r, FunctionalTensor) and r is not args[0] and _is_alias(r, args[0])]
+        views = [
+            r for r in results
+            if isinstance(r, FunctionalTensor) and r is not args[0] and (name == "detach" or _is_alias(r, args[0]))
+        ]
         if not views:
             return
         try:
@@ -123,7 +132,7 @@ class EagerViewGeometry(TorchFunctionMode):
                 if name == "detach":
                     shadow_out: Any = shadow.as_strided(*_geometry(shadow))
                 else:
-                    shadow_out = func(shadow, *args[1:], **kwargs)
+                    shadow_out = func(shadow, *rest, **kwargs)
         except Exception:  # noqa: BLE001 - no shadow: the functional geometry is used
             return
         shadow_results = shadow_out if isinstance(shadow_out, (tuple, list)) else (shadow_out,)
