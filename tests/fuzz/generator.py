@@ -126,6 +126,7 @@ class _Gen:
         self.count = 0
         self.indent = 1
         self.nograd = False
+        self.grad_region = False
         self.dead = False
         self.input_storages: set[int] = set()
         self.inter_storages: set[int] = set()
@@ -316,6 +317,7 @@ class _Gen:
             (1, self.s_multi_view),
             (0.5, self.s_factory),
             (1 if allow_block else 0, self.s_no_grad),
+            (0.6 if (allow_block or self.nograd) and not self.grad_region else 0, self.s_grad_region),
             (1.5 if (self.nonten and allow_block) else 0, self.s_nontensor),
         ]
         for _ in range(4):
@@ -638,6 +640,28 @@ class _Gen:
                 break
             self.stmt(allow_block=False)
         self.nograd = False
+        self.indent -= 1
+        if len(self.lines) == start:
+            self.lines.append((self.indent + 1, "pass"))
+        return True
+
+    def s_grad_region(self) -> bool:
+        """Grad mode switched on inside the program: ``enable_grad()`` within a no_grad
+        block, or ``set_grad_enabled(True)`` at the top (which records autograd only when
+        the caller runs under no_grad; the cases' ``modes`` include such calls)."""
+        header = "with torch.enable_grad():" if self.nograd else "with torch.set_grad_enabled(True):"
+        self.lines.append((self.indent, header))
+        start = len(self.lines)
+        outer = self.nograd
+        self.indent += 1
+        self.nograd = False
+        self.grad_region = True
+        for _ in range(self.ch.int(1, 3)):
+            if self.dead:
+                break
+            self.stmt(allow_block=False)
+        self.grad_region = False
+        self.nograd = outer
         self.indent -= 1
         if len(self.lines) == start:
             self.lines.append((self.indent + 1, "pass"))

@@ -44,7 +44,6 @@ def _impl():
 # strict-xfail tests (each listed test must fail with exactly its key's signature).
 KNOWN: dict[str, list[str]] = {
     # --- wrong values (outputs, inputs, gradients)
-    "call.baseN values": ["test_data_mutation_through_view_of_input_moved_by_as_strided_"],
     "backward.baseN.grad values": ["test_mul__through_t__mutated_view_of_intermediate_grad", "test_grad_of_view_of_intermediate_taken_before_t_", "test_dynamic_view_of_detached_alias_mutated_by_source"],
     "call.output.storage_offset": ["test_dynamic_empty_diagonal_alias_of_intermediate_storage_offset"],
     # --- wrong metadata: aliasing, requires_grad, strides, grad layout
@@ -75,7 +74,7 @@ KNOWN: dict[str, list[str]] = {
     "call: impl raised, eager did not: RuntimeError: a leaf Variable that requires grad": ["test_detach__then_unsqueeze__of_leaf_input_with_unbind_views"],
     "call: impl raised, eager did not: RuntimeError: a view of a leaf Variable that requires grad": ["test_no_grad_metadata_mutation_of_view_input_of_leaf"],
     # --- raising where eager does not: writes through overlapping memory, as_strided_ beyond the view
-    "call: impl raised, eager did not: AotgradCompileError: aotgrad: in-place": ["test_mutation_through_as_strided_view_chain", "test_setitem_on_row_of_expanded_input", "test_setitem_through_int32_view_of_expanded_input", "test_torch_divergence_5568_20", "test_zero__on_expanded_input", "test_fill__through_expanded_view_of_input", "test_masked_fill__through_expand_of_as_strided__input", "test_inplace_add_on_self_overlapping_as_strided_input"],
+    "call: impl raised, eager did not: AotgradCompileError: aotgrad: in-place": ["test_mutation_through_as_strided_view_chain", "test_setitem_on_row_of_expanded_input", "test_setitem_through_int32_view_of_expanded_input", "test_torch_divergence_5568_20", "test_zero__on_expanded_input", "test_fill__through_expanded_view_of_input", "test_masked_fill__through_expand_of_as_strided__input", "test_inplace_add_on_self_overlapping_as_strided_input", "test_data_mutation_through_view_of_input_moved_by_as_strided_"],
     "call: impl raised, eager did not: RuntimeError: setStorage": ["test_as_strided__on_input_view_reaching_past_its_extent"],
     "call: impl raised, eager did not: ValueError: Cannot view a tensor with shape": ["test_masked_fill__on_transposed_view_of_input"],
     # --- raising where eager does not: other

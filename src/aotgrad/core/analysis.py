@@ -208,7 +208,8 @@ class _EagerChecks(TorchFunctionMode):
         self.input_storages = input_storages
         #: inputs the program takes ``as_strided`` of (directly or through a view)
         self.storage_addressed: set[int] = set()
-        #: storages with a non-contiguous view re-strided in place (``as_strided_``), to
+        #: storages with a view re-strided in place (``as_strided_``) that is not contiguous
+        #: from its base's start, to
         #: the user line: a later write into them is refused
         self.restrided_views: dict[StorageWeakRef, str] = {}
 
@@ -229,7 +230,9 @@ class _EagerChecks(TorchFunctionMode):
                 self.storage_addressed.add(i)
         if name == "as_strided_" and args and isinstance(args[0], FunctionalTensor):
             v = args[0]
-            if v._base is not None and not v.is_contiguous():
+            # exact only for a contiguous view starting where its base does (functionalization
+            # replays the write onto a fresh copy of the view)
+            if v._base is not None and (not v.is_contiguous() or v.storage_offset() != v._base.storage_offset()):
                 self.restrided_views.setdefault(StorageWeakRef(v.untyped_storage()), current_user_line())
         if (
             self.restrided_views
@@ -242,7 +245,7 @@ class _EagerChecks(TorchFunctionMode):
         ):
             raise AotgradCompileError(
                 f"aotgrad: in-place {name} at {current_user_line()} writes into a storage with a "
-                f"non-contiguous view re-strided by as_strided_ ({self.restrided_views[StorageWeakRef(args[0].untyped_storage())]}): "
+                f"view (a slice, a transpose) re-strided by as_strided_ ({self.restrided_views[StorageWeakRef(args[0].untyped_storage())]}): "
                 "functionalization replays such a write onto a copy of the view's old layout and "
                 "would change other elements than eager. Use as_strided (out of place) of the base, "
                 "or clone() first."
