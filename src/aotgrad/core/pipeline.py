@@ -29,6 +29,7 @@ from ..partition import grad_tangent_dependencies, saved_values, tag_forward_nod
 from .aliasing import InputAliasing, outputs_on_call_inputs, plan_input_aliasing
 from .analysis import Analysis, analyze, reject_inplace_on_leaves
 from .frontend import EntryGuard, InputLayout, layout_for
+from .higher_order import DifferentiableBackward
 from .metadata import OutputType, ViewAndMutationMetadata
 from .runtime import BackwardSpec, CompiledRuntime
 from .signature import GraphSignature, graph_outputs
@@ -188,7 +189,7 @@ def records_autograd(md: ViewAndMutationMetadata, grad_enabled: bool) -> bool:
 
 
 def _compile_training(
-    call: _AnalyzedCall, config: AotConfig, graphs: dict, grad_enabled: bool
+    call: _AnalyzedCall, config: AotConfig, graphs: dict, grad_enabled: bool, name: str
 ) -> tuple[CompiledRuntime, torch.fx.GraphModule]:
     """Joint graph → partition → forward/backward compilers → runtime with an autograd.Function.
 
@@ -231,6 +232,20 @@ def _compile_training(
         ),
         saved_inputs_to_clone=to_clone,
         grad_tangent_deps=grad_tangent_dependencies(bw_module),
+        differentiable=DifferentiableBackward(
+            lambda: trace_joint(
+                call.program, call.analysis, call.fake_inputs, call.fake_mode, config.trace_decompositions,
+                grad_enabled=grad_enabled, create_graph=True,
+            ).graph,
+            num_fwd_outputs,
+            [isinstance(t, torch.Tensor) and t.requires_grad for t in joint.primals],
+            saved_tensors,
+            {
+                i: "writes" if info.mutates_data else "re-strides"
+                for i, info in enumerate(md.input_info) if info.mutates_data or info.mutates_metadata
+            },
+            config, name,
+        ),
     )
     runtime = CompiledRuntime(
         md, signature, call.analysis.out_spec, positional(fw_callable), backward,
@@ -330,7 +345,7 @@ def _compile_entry(
     graphs: dict[str, torch.fx.GraphModule] = {}
     joint_gm = None
     if training:
-        runtime, joint_gm = _compile_training(call, config, graphs, grad_enabled)
+        runtime, joint_gm = _compile_training(call, config, graphs, grad_enabled, getattr(fn, "__name__", repr(fn)))
     else:
         runtime = _compile_inference(call, config, graphs, grad_enabled)
 

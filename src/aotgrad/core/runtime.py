@@ -295,6 +295,10 @@ class BackwardSpec:
     #: per tangent, a maker of its zero value where that is a tensor subclass (else None,
     #: or empty when no tangent is): autograd's None becomes a zero of the traced type
     tangent_zeros: tuple[Callable[[], torch.Tensor] | None, ...] = ()
+    #: ``(primals, saved, tangents) -> grads`` with autograd history, for a backward with
+    #: ``create_graph=True`` (:class:`~aotgrad.core.higher_order.DifferentiableBackward`);
+    #: None: differentiating the gradients again raises
+    differentiable: Callable[[Any, Any, Any], list] | None = None
 
 
 def _make_function(
@@ -314,6 +318,7 @@ def _make_function(
     to_clone = spec.saved_inputs_to_clone
     grad_tangent_deps = spec.grad_tangent_deps
     tangent_zeros = spec.tangent_zeros or (None,) * len(tangent_meta)
+    differentiable = spec.differentiable
 
     # A symbolic entry's tangent shapes are read off each call's forward outputs.
     symbolic_tangents = any(holds_sym(shape) for shape, _, _ in tangent_meta)
@@ -322,6 +327,9 @@ def _make_function(
         @staticmethod
         def forward(ctx, *args):  # type: ignore[override]
             outs = fw_callable(*args)
+            if differentiable is not None:
+                # A reference, not a saved tensor: read only by a create_graph backward.
+                ctx.primals = args
             if symbolic_tangents:
                 ctx.tangent_shapes = [outs[p].shape for p in tangent_positions]
             saved = list(outs[saved_tensors]) if to_clone else outs[saved_tensors]
@@ -352,7 +360,12 @@ def _make_function(
                 elif not g.is_contiguous():
                     g = g.contiguous()
                 tangents.append(g)
-            grads = bw(*ctx.saved_tensors, *ctx.symints, *tangents)
+            if torch.is_grad_enabled():  # create_graph=True: the grads may be differentiated again
+                if differentiable is None:
+                    return _NoDoubleBackward.apply(*bw(*ctx.saved_tensors, *ctx.symints, *tangents))
+                grads = differentiable(ctx.primals, ctx.saved_tensors, tangents)
+            else:
+                grads = bw(*ctx.saved_tensors, *ctx.symints, *tangents)
             if missing:
                 # As in eager, an input reached only from outputs that got no gradient gets
                 # None, not zeros.
@@ -360,16 +373,15 @@ def _make_function(
                 grads = [
                     None if deps and deps <= unused else g for g, deps in zip(grads, grad_tangent_deps, strict=True)
                 ]
-            if torch.is_grad_enabled():  # create_graph=True: the grads could be differentiated again
-                return _NoDoubleBackward.apply(*grads)
             return tuple(grads)
 
     return CompiledFunction
 
 
 class _NoDoubleBackward(torch.autograd.Function):
-    """Passes gradients through; differentiating them again raises. The compiled backward's
-    saved values carry no autograd history, so a second derivative would silently miss terms."""
+    """Passes gradients through; differentiating them again raises (an entry without a
+    differentiable backward). The compiled backward's saved values carry no autograd
+    history, so a second derivative would silently miss terms."""
 
     @staticmethod
     def forward(ctx, *grads):  # type: ignore[override]
@@ -410,6 +422,8 @@ class CompiledRuntime:
         #: metadata the program changes; applied to the caller's tensor after the call
         self.member_metadata_writebacks = member_metadata_writebacks
         self.training = backward is not None
+        #: what the autograd.Function's backward runs (None: inference)
+        self.backward = backward
         #: a training entry called under no_grad (the program turns grad mode on inside):
         #: the Function is applied, and input mutations and aliases are made, with grad
         #: enabled, each made in eager's mode as the metadata records it

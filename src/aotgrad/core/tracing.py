@@ -9,6 +9,7 @@ The joint function
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +19,8 @@ import torch.fx
 from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch._subclasses.functional_tensor import FunctionalTensorMode
-from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
+from torch.overrides import TorchFunctionMode
 
 from ..errors import AotgradCompileError, compile_error_from
 from .analysis import Analysis, from_functional, overlaps_itself, to_functional
@@ -26,7 +28,7 @@ from .eager_rewrites import EagerRewrites
 from .effects import effects_as_ordered_nodes, is_effectful
 from .signature import GraphSignature, mark_tangents
 
-__all__ = ["JointGraph", "trace_function", "trace_inference", "trace_joint", "trace_loss_joint"]
+__all__ = ["IN_CUSTOM_FUNCTION", "NO_GRAD", "JointGraph", "NoGradMarks", "trace_function", "trace_inference", "trace_joint", "trace_loss_joint"]
 
 Program = Callable[..., tuple[list[Any], Any]]
 
@@ -131,12 +133,15 @@ def trace_joint(
     decompositions: dict | None,
     *,
     grad_enabled: bool = True,
+    create_graph: bool = False,
 ) -> JointGraph:
     """Trace ``joint(primals, tangents) -> [fw_outs, grads]`` under functionalization.
 
     The forward runs in the caller's grad mode ``grad_enabled`` (under no_grad only the
     program's own ``enable_grad`` regions record autograd, as in eager); the gradients are
-    taken whatever the mode."""
+    taken whatever the mode. With ``create_graph`` the gradients are taken as eager's
+    ``create_graph=True`` takes them: some derivative formulas differ then (mish's, for one,
+    is written with differentiable ops only in grad mode)."""
     signature = analysis.signature
     forward = _functional_forward(program, analysis, protect_mutated_inputs=True)
     primals = _primals(fake_inputs, fake_mode)
@@ -157,7 +162,7 @@ def trace_joint(
         with mode:
             f_primals = [to_functional(p) for p in primals]
             f_tangents = [to_functional(t) for t in tangents]
-        with mode, torch.set_grad_enabled(grad_enabled), EagerRewrites():
+        with mode, torch.set_grad_enabled(grad_enabled), EagerRewrites(), NoGradMarks():
             fw_outs = forward(*f_primals)
         with mode, torch.enable_grad(), EagerRewrites():
             diff_outs = [fw_outs[p] for p in tangent_positions]
@@ -165,7 +170,7 @@ def trace_joint(
             wrt = [f_primals[i] for i in grad_inputs]
             if diff_outs and wrt:
                 computed = torch.autograd.grad(
-                    diff_outs, wrt, f_tangents, allow_unused=True
+                    diff_outs, wrt, f_tangents, allow_unused=True, create_graph=create_graph
                 )
                 for i, g in zip(grad_inputs, computed, strict=True):
                     grads[i] = g
@@ -183,6 +188,53 @@ def trace_joint(
     gm = _trace(joint, (primals, tangents), decompositions, fake_mode)
     mark_tangents(gm.graph, len(primals))
     return JointGraph(gm, signature, primals, tangents)
+
+
+#: node meta key: the node was traced with grad mode off (eager recorded no autograd for it)
+NO_GRAD = "aotgrad_no_grad"
+
+
+#: the program's detach (aten's: a differentiable backward's graph, run again, holds it)
+_DETACH = frozenset({torch.Tensor.detach, torch.detach, torch.ops.aten.detach.default})
+#: node meta key: the node was traced inside a custom autograd.Function's forward (its
+#: value's derivative is the Function's backward, which the graph holds only once)
+IN_CUSTOM_FUNCTION = "aotgrad_in_custom_function"
+_FUNCTION_APPLY = torch.autograd.Function.apply.__func__.__code__
+
+
+def _inside_custom_function() -> bool:
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code is _FUNCTION_APPLY:
+            return True
+        frame = frame.f_back
+    return False
+
+
+class NoGradMarks(TorchFunctionMode):
+    """While a graph is traced, marks the nodes that eager's autograd did not record
+    (``node.meta[NO_GRAD]``): what each torch call made with grad mode off (the program's
+    ``no_grad`` regions), and the program's own ``detach()``; and the nodes of a custom
+    autograd.Function's forward (``node.meta[IN_CUSTOM_FUNCTION]``).
+    The graph alone does not say this (autograd's saved outputs are ``detach`` nodes too),
+    and a differentiable backward (:mod:`.higher_order`) must treat exactly those values as
+    constants, as eager does."""
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        if torch.is_grad_enabled() and func not in _DETACH:
+            return func(*args, **(kwargs or {}))
+        proxy_mode = get_proxy_mode()
+        if proxy_mode is None:
+            return func(*args, **(kwargs or {}))
+        graph = proxy_mode.tracer.graph
+        key = IN_CUSTOM_FUNCTION if func not in _DETACH and _inside_custom_function() else NO_GRAD
+        last = graph._root._prev  # the graph's last node, O(1)
+        out = func(*args, **(kwargs or {}))
+        node = last._next
+        while node is not graph._root:
+            node.meta[key] = True
+            node = node._next
+        return out
 
 
 def trace_loss_joint(
