@@ -99,6 +99,37 @@ def _value_reads(node: fx.Node) -> list[fx.Node]:
     return [a for a in node.all_input_nodes if a not in stats]
 
 
+_aten = torch.ops.aten
+#: functional scatters autograd differentiates only for real dtypes: view op of the base
+_SCATTER_VIEWS = {
+    _aten.slice_scatter.default: _aten.slice.Tensor,
+    _aten.select_scatter.default: _aten.select.int,
+    _aten.diagonal_scatter.default: _aten.diagonal.default,
+}
+
+
+def _as_inplace_on_copy(g: fx.Graph, n: fx.Node, env: dict) -> fx.Node | None:
+    """Functionalization's ops autograd cannot differentiate, written back as the in-place
+    op they came from on a copy of their base: ``copy(dst, src)`` (no derivative formula) and
+    a scatter of complex values (``slice_scatter``'s formula is real-only). Autograd
+    differentiates the in-place form, and functionalization, tracing it again, restores
+    the functional op in the graph."""
+    view = _SCATTER_VIEWS.get(n.target)
+    if n.target is _aten.copy.default and not n.kwargs and len(n.args) == 2:
+        dst, src = n.args
+        out = g.call_function(_aten.clone.default, (env[dst],))
+        g.call_function(_aten.copy_.default, (out, env[src]))
+    elif view is not None and not n.kwargs and getattr(n.meta.get("val"), "is_complex", lambda: False)():
+        base, src, *rest = n.args
+        out = g.call_function(_aten.clone.default, (env[base],))
+        target = g.call_function(view, (out, *rest))
+        g.call_function(_aten.copy_.default, (target, env[src]))
+    else:
+        return None
+    out.meta = dict(n.meta)
+    return out
+
+
 def differentiable_nodes(joint: fx.GraphModule, primal_requires_grad: Sequence[bool]) -> set[fx.Node]:
     """The joint's nodes whose value eager's autograd would record as a function of an
     input that requires grad (or of a tangent, which may): floating outputs, traced in grad
@@ -168,7 +199,7 @@ def differentiable_backward_graph(
             # saved value with its history
             env[n] = env[n.args[0]]
             continue
-        copied = g.node_copy(n, lambda a: env[a])
+        copied = _as_inplace_on_copy(g, n, env) or g.node_copy(n, lambda a: env[a])
         if n in diff:
             differentiable_copies.add(copied)
         if n.meta.get(NO_GRAD) and _floating(n.meta.get("val")) and isinstance(n.meta.get("val"), torch.Tensor):
@@ -193,8 +224,12 @@ def differentiable_backward_graph(
                 "again, and the forward did not save it, so it cannot be reproduced. Compute this "
                 "higher-order gradient eagerly, or use the default partitioner."
             )
-    read = {a for n in g.nodes if n.op == "call_function" for a in _value_reads(n)}
-    read |= {a for a in _outputs_of(g) if isinstance(a, fx.Node)}
+    # Whose values the gradients depend on, from the outputs back (a training batch norm's
+    # statistics inputs, and what only they read, are not)
+    read = {a for a in _outputs_of(g) if isinstance(a, fx.Node)}
+    for n in reversed(g.nodes):
+        if n in read and n.op == "call_function":
+            read.update(_value_reads(n))
     reads = frozenset(i for i, p in enumerate(primals) if primal_nodes[p] in read)
     gm = fx.GraphModule(joint, g)
     return DifferentiableBackwardGraph(gm, tuple(frozen_nodes.values()), reads)

@@ -151,7 +151,20 @@ def _analyze_call(
     fake_mode = _fake_mode(symbolic)
     fake_call = _fake_call(layout, call_inputs, symbolic, fake_mode)
     program = layout.program_of(fn)
-    call_analysis = analyze(program, fake_call, fake_mode, grad_enabled=grad_enabled)
+    rng_state = torch.random.get_rng_state()
+    try:
+        call_analysis = analyze(program, fake_call, fake_mode, grad_enabled=grad_enabled)
+    finally:
+        reseeded = not torch.equal(rng_state, torch.random.get_rng_state())
+        torch.random.set_rng_state(rng_state)
+    if reseeded:
+        # Random ops on fake tensors draw nothing: only the program itself set the state.
+        raise AotgradCompileError(
+            f"aotgrad: {getattr(fn, '__name__', fn)} sets the global random generator's state "
+            "(torch.manual_seed, torch.seed, set_rng_state) while it runs. A compiled function runs "
+            "that once, at trace time, not on every call, so its random ops would draw other values "
+            "than eager's. Seed outside the compiled function."
+        )
     reject_inplace_on_leaves(call_inputs, call_analysis.metadata)
     n = layout.num_distinct  # the SymInt inputs after the tensors alias nothing
     input_aliasing = plan_input_aliasing(call_inputs[:n], fake_call[:n], call_analysis.metadata)
