@@ -22,10 +22,17 @@ from __future__ import annotations
 import copy
 import time
 
-from _common import environment, fmt, parse_args, print_table, ratio, time_interleaved, write_json
-
 import torch
 import torch._dynamo
+from _common import (
+    environment,
+    fmt,
+    parse_args,
+    print_table,
+    ratio,
+    time_interleaved,
+    write_json,
+)
 from torch import nn
 
 

@@ -177,7 +177,7 @@ def test_grad_of_grad_outputs():
         gx, gv = torch.autograd.grad((g * g).sum(), (x, v))
         return g, gx, gv
 
-    fn = lambda x: (x.exp() * x).cumsum(1)  # noqa: E731
+    fn = lambda x: (x.exp() * x).cumsum(1)
     for a, b in zip(run(fn), run(aotgrad.aot_function(fn, nop)), strict=True):
         _close(a, b, "grad wrt grad_outputs")
 
@@ -191,13 +191,13 @@ def test_backward_create_graph_then_grad_grad():
         (gg,) = torch.autograd.grad(g.pow(2).sum(), x)
         return g, gg
 
-    fn = lambda x: (x.sin() * x.exp()).sum()  # noqa: E731
+    fn = lambda x: (x.sin() * x.exp()).sum()
     for a, b in zip(run(fn), run(aotgrad.aot_function(fn, nop)), strict=True):
         _close(a, b, "backward(create_graph=True)")
 
 
 def test_third_order_of_scalar_function():
-    fn = lambda x: (x.sin() * x.pow(3)).sum()  # noqa: E731
+    fn = lambda x: (x.sin() * x.pow(3)).sum()
     cf = aotgrad.aot_function(fn, nop)
     for f in (fn,):
         x = torch.tensor([0.3, -1.2, 2.0], dtype=D, requires_grad=True)
@@ -347,7 +347,7 @@ def test_dropout_second_derivative_uses_the_forward_mask():
 
 
 def test_retain_graph_then_create_graph():
-    fn = lambda x: (x.tanh() * x).sum()  # noqa: E731
+    fn = lambda x: (x.tanh() * x).sum()
 
     def run(f):
         x = torch.linspace(-1, 1, 4, dtype=D).requires_grad_()

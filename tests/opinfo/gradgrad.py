@@ -21,7 +21,6 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from itertools import islice
 from typing import Any
 
 import torch
@@ -107,7 +106,7 @@ def run_op(op) -> GradGradOutcome:
     samples = sweep.make_samples(sweep.Variant(op, False), torch.float64, MAX_SAMPLES)
     counted = 0
     for sample in samples:
-        if sweep._sample_numel(sample) > MAX_SAMPLE_NUMEL:  # noqa: SLF001
+        if sweep._sample_numel(sample) > MAX_SAMPLE_NUMEL:
             continue
         p = sweep.prepare(sweep.Variant(op, False), sample)
         fn, tensors = _over_leaves(p)

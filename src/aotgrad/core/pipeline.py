@@ -153,9 +153,10 @@ def _analyze_call(
     program = layout.program_of(fn)
     rng_state = torch.random.get_rng_state()
     try:
-        call_analysis = analyze(program, fake_call, fake_mode, grad_enabled=grad_enabled)
+        with _GeneratorStateCalls() as calls:
+            call_analysis = analyze(program, fake_call, fake_mode, grad_enabled=grad_enabled)
     finally:
-        reseeded = not torch.equal(rng_state, torch.random.get_rng_state())
+        reseeded = calls.seen or not torch.equal(rng_state, torch.random.get_rng_state())
         torch.random.set_rng_state(rng_state)
     if reseeded:
         # Random ops on fake tensors draw nothing: only the program itself set the state.
@@ -187,6 +188,39 @@ def _analyze_call(
     metadata = outputs_on_call_inputs(base_analysis.metadata, call_analysis.metadata)
     analysis = dataclasses.replace(base_analysis, metadata=metadata)
     return _AnalyzedCall(program, call_analysis, analysis, input_aliasing, graph_inputs, fake_inputs, fake_mode)
+
+
+class _GeneratorStateCalls:
+    """While entered, notes calls that set the global generator's state (``torch.manual_seed``,
+    ``torch.seed``, ``torch.set_rng_state``, through ``torch`` or ``torch.random``), even when
+    the program restores the state before it returns (``freeze_rng_state``, ``fork_rng``):
+    random ops between them would draw from the set state in eager, and from the caller's in
+    a compiled call."""
+
+    _NAMES = ("manual_seed", "seed", "set_rng_state")
+
+    def __init__(self) -> None:
+        self.seen = False
+        self._saved: list[tuple[Any, str, Any]] = []
+
+    def __enter__(self) -> _GeneratorStateCalls:
+        for module in (torch, torch.random):
+            for name in self._NAMES:
+                original = getattr(module, name)
+                self._saved.append((module, name, original))
+                setattr(module, name, self._noting(original))
+        return self
+
+    def _noting(self, original: Callable) -> Callable:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.seen = True
+            return original(*args, **kwargs)
+
+        return call
+
+    def __exit__(self, *exc: object) -> None:
+        for module, name, original in reversed(self._saved):
+            setattr(module, name, original)
 
 
 def records_autograd(md: ViewAndMutationMetadata, grad_enabled: bool) -> bool:
