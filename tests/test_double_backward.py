@@ -127,7 +127,19 @@ def _matmul_chain(x, w1, w2):
     return (x @ w1).relu().pow(2) @ w2
 
 
+def _circular_pad(x, w):
+    # functionalization's copy (no derivative formula) in the graph
+    return F.pad((x * w).view(1, 1, -1), (2, 2), mode="circular").sin()
+
+
+def _rfft(x, w):
+    # a complex slice_scatter in the backward (autograd differentiates it in place only)
+    return torch.fft.irfft(torch.fft.rfft(x * w).exp(), n=6)
+
+
 PROGRAMS = {
+    "circular_pad": (_circular_pad, _inputs((5,), (5,))),
+    "rfft": (_rfft, _inputs((6,), (6,))),
     "mlp": (_mlp_fn, _inputs((4, 3), (3, 5), (5, 2))),
     "no_grad_region": (_no_grad_region, _inputs((3,), (3,))),
     "detach": (_detached, _inputs((3,), (3,))),

@@ -108,6 +108,12 @@ _SCATTER_VIEWS = {
 }
 
 
+def _kept(node: fx.Node) -> bool:
+    return node.op in ("placeholder", "output") or (
+        isinstance(node.target, torch._ops.OpOverload) and node.target._schema.is_mutable
+    )
+
+
 def _as_inplace_on_copy(g: fx.Graph, n: fx.Node, env: dict) -> fx.Node | None:
     """Functionalization's ops autograd cannot differentiate, written back as the in-place
     op they came from on a copy of their base: ``copy(dst, src)`` (no derivative formula) and
@@ -117,8 +123,7 @@ def _as_inplace_on_copy(g: fx.Graph, n: fx.Node, env: dict) -> fx.Node | None:
     view = _SCATTER_VIEWS.get(n.target)
     if n.target is _aten.copy.default and not n.kwargs and len(n.args) == 2:
         dst, src = n.args
-        out = g.call_function(_aten.clone.default, (env[dst],))
-        g.call_function(_aten.copy_.default, (out, env[src]))
+        out = g.call_function(_aten.copy_.default, (g.call_function(_aten.clone.default, (env[dst],)), env[src]))
     elif view is not None and not n.kwargs and getattr(n.meta.get("val"), "is_complex", lambda: False)():
         base, src, *rest = n.args
         out = g.call_function(_aten.clone.default, (env[base],))
@@ -209,8 +214,9 @@ def differentiable_backward_graph(
         env[n] = copied
     grads = graph_outputs(joint)[num_fwd_outputs:]
     g.output(tuple(None if x is None else env[x] for x in grads))
-    # No op is impure here: a random op left is one the gradients need (checked below).
-    g.eliminate_dead_code(is_impure_node=lambda node: node.op in ("placeholder", "output"))
+    # Only in-place ops (of _as_inplace_on_copy) are impure here: a random op left is one the
+    # gradients need (checked below).
+    g.eliminate_dead_code(is_impure_node=_kept)
     for n in g.nodes:
         if n.meta.get(IN_CUSTOM_FUNCTION) and n in differentiable_copies:
             raise RuntimeError(
