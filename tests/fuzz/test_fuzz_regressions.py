@@ -2346,3 +2346,38 @@ def f(a, opt, k):
         modes=['grad'],
         seed=13386,
     )
+
+
+@XFAIL("refused at compile time: a write after as_strided_ moves an offset input before its own start (eager writes x[0]); was silently wrong")
+def test_setitem_after_as_strided__of_offset_input_to_storage_start():
+    """a = x[1:]; a.as_strided_((2, 1), (3, 2), 0) makes a cover x[0] and x[3]; a[0] = 1 writes x[0]."""
+    check_case(
+        source='''
+def f(a):
+    a.as_strided_((2, 1), (3, 2), 0)
+    t0 = torch.maximum(a, a)
+    a[0] = 1.0
+    return t0.softmax(-1),
+''',
+        inputs={'bases': [{'shape': [4, 1], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x[1:]'}]},
+        modes=['grad'],
+        seed=3053,
+    )
+
+
+@XFAIL("refused at compile time: an out= write into a one-element view re-strided past its extent by as_strided_; was silently wrong")
+def test_out_write_into_view_restrided_past_its_extent():
+    """t5 = a.select(1, 0) (one element); as_strided_ makes it cover a[0, 0:2]; mul(out=t5) writes both."""
+    check_case(
+        source='''
+def f(a, s):
+    t5 = a.select(1, 0)
+    t5.as_strided_((2, 1), (2, 1), 0)
+    t6 = t5 + s
+    torch.mul(t6, 2, out=t5)
+    return a,
+''',
+        inputs={'bases': [{'shape': [1, 3], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'value', 'value': -1.5}]},
+        modes=['grad'],
+        seed=19131,
+    )

@@ -189,6 +189,27 @@ def overlaps_itself(size: tuple[int, ...], stride: tuple[int, ...]) -> bool:
     return len(offsets) < numel
 
 
+def _restrides_within(v: torch.Tensor, args: tuple, kwargs: dict) -> bool:
+    """Whether ``v.as_strided_(*args, **kwargs)`` addresses only ``v``'s own elements, and
+    ``v`` is contiguous from its base's start (or is an input): then its data, copied on its
+    own, holds every element the new layout reads."""
+    try:
+        size = args[0] if args else kwargs["size"]
+        stride = args[1] if len(args) > 1 else kwargs["stride"]
+        offset = args[2] if len(args) > 2 else kwargs.get("storage_offset")
+    except (KeyError, IndexError):
+        return False
+    start = v.storage_offset() if offset is None else offset
+    if not v.is_contiguous() or (v._base is not None and v.storage_offset() != v._base.storage_offset()):
+        return False
+    if any(sz == 0 for sz in size):
+        return True
+    if any(st < 0 for st in stride):
+        return False
+    last = start + sum((sz - 1) * st for sz, st in zip(size, stride))
+    return v.storage_offset() <= start and last < v.storage_offset() + v.numel()
+
+
 class _EagerChecks(TorchFunctionMode):
     """Checks, at the user's call sites, what the functional run cannot see by itself.
 
@@ -230,22 +251,23 @@ class _EagerChecks(TorchFunctionMode):
                 self.storage_addressed.add(i)
         if name == "as_strided_" and args and isinstance(args[0], FunctionalTensor):
             v = args[0]
-            # exact only for a contiguous view starting where its base does (functionalization
-            # replays the write onto a fresh copy of the view)
-            if v._base is not None and (not v.is_contiguous() or v.storage_offset() != v._base.storage_offset()):
+            is_input = v._base is None and StorageWeakRef(v.untyped_storage()) in self.input_storages
+            # Exact only where the new layout addresses elements of the tensor's own data, as a
+            # contiguous view starting where its base does (functionalization replays the write
+            # onto a fresh copy of the view, or of the input's elements).
+            if (v._base is not None or is_input) and not _restrides_within(v, args[1:], kwargs):
                 self.restrided_views.setdefault(StorageWeakRef(v.untyped_storage()), current_user_line())
+        written = kwargs.get("out")  # an out= write too
+        if written is None and _is_write(name) and name not in _METADATA_INPLACE and name not in _NOT_WRITING_INPLACE and args:
+            written = args[0]
         if (
             self.restrided_views
-            and _is_write(name)
-            and name not in _METADATA_INPLACE
-            and name not in _NOT_WRITING_INPLACE
-            and args
-            and isinstance(args[0], FunctionalTensor)
-            and StorageWeakRef(args[0].untyped_storage()) in self.restrided_views
+            and isinstance(written, FunctionalTensor)
+            and StorageWeakRef(written.untyped_storage()) in self.restrided_views
         ):
             raise AotgradCompileError(
                 f"aotgrad: in-place {name} at {current_user_line()} writes into a storage with a "
-                f"view (a slice, a transpose) re-strided by as_strided_ ({self.restrided_views[StorageWeakRef(args[0].untyped_storage())]}): "
+                f"view (a slice, a transpose) re-strided by as_strided_ ({self.restrided_views[StorageWeakRef(written.untyped_storage())]}): "
                 "functionalization replays such a write onto a copy of the view's old layout and "
                 "would change other elements than eager. Use as_strided (out of place) of the base, "
                 "or clone() first."

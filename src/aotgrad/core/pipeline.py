@@ -13,7 +13,7 @@ import operator
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 import torch
 import torch.fx
@@ -203,7 +203,7 @@ class _GeneratorStateCalls:
         self.seen = False
         self._saved: list[tuple[Any, str, Any]] = []
 
-    def __enter__(self) -> _GeneratorStateCalls:
+    def __enter__(self) -> Self:
         for module in (torch, torch.random):
             for name in self._NAMES:
                 original = getattr(module, name)
