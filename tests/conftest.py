@@ -1,7 +1,17 @@
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
+
+# The persistent compile cache is on by default: tests use one of their own per session
+# (inherited by the processes they start), never the user's; tests of the cache itself
+# pass their own directories.
+os.environ["AOTGRAD_CACHE_DIR"] = _CACHE_DIR = tempfile.mkdtemp(prefix="aotgrad-test-cache-")
+os.environ.pop("AOTGRAD_CACHE", None)
+atexit.register(shutil.rmtree, _CACHE_DIR, ignore_errors=True)
 
 
 import eager_compare

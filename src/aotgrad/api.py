@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 
 from .config import AotConfig
@@ -24,6 +25,7 @@ def aot_function(
     inference_compiler: Callable | None = None,
     *,
     dynamic: bool = False,
+    cache: str | os.PathLike | bool | None = None,
 ) -> AotFunction:
     """Capture ``fn``'s forward and backward ahead of time and compile them.
 
@@ -50,9 +52,16 @@ def aot_function(
     (the failing guard is logged at INFO). Without it, shapes are static, except the dims
     marked with ``torch._dynamo.mark_dynamic`` (torch's ``aot_function`` ignores those
     marks unless ``dynamic=True``; aotgrad honours them).
+
+    ``cache``: the persistent compile cache, which lets a new process skip analysis,
+    tracing and partitioning of an entry an earlier one compiled (docs/user-guide.md,
+    "The compile cache"). None (default): ``$AOTGRAD_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/aotgrad`` or ``~/.cache/aotgrad``, off when ``AOTGRAD_CACHE=0``;
+    False: off; a path: that directory.
     """
     config = AotConfig(
         fw_compiler, bw_compiler, partition_fn, decompositions,
         keep_inference_input_mutations, inference_compiler, dynamic, num_params_buffers=num_params_buffers,
+        cache=cache,
     )
     return AotFunction(fn, config)

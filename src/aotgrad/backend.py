@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -98,16 +99,18 @@ def backend(
     keep_inference_input_mutations: bool = False,
     inference_compiler: Callable | None = None,
     dynamic: bool | None = None,
+    cache: str | os.PathLike | bool | None = None,
 ) -> AotgradBackend:
     """A configured backend for ``torch.compile(model, backend=aotgrad.backend(...))``.
 
     The arguments are aot_function's; ``fw_compiler`` defaults to
     :func:`aotgrad.compilers.nop`, ``bw_compiler`` and ``inference_compiler`` to
-    ``fw_compiler``; ``dynamic`` is described in :class:`AotgradBackend`.
+    ``fw_compiler``; ``dynamic`` is described in :class:`AotgradBackend`; ``cache`` is
+    :func:`aotgrad.aot_function`'s (the persistent compile cache).
     """
     config = AotConfig(
         fw_compiler if fw_compiler is not None else compilers.nop, bw_compiler, partition_fn,
-        decompositions, keep_inference_input_mutations, inference_compiler,
+        decompositions, keep_inference_input_mutations, inference_compiler, cache=cache,
     )
     return AotgradBackend(config, dynamic)
 

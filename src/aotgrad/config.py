@@ -7,6 +7,7 @@ it on; nothing below the entry points spells the options out.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -40,6 +41,10 @@ class AotConfig:
     #: leading inputs that are parameters and buffers: static even with ``dynamic=True``
     #: (torch's ``static_weight_shapes``)
     num_params_buffers: int = 0
+    #: the persistent compile cache (:mod:`aotgrad.core.cache`): None follows the
+    #: environment (``AOTGRAD_CACHE_DIR``, ``AOTGRAD_CACHE=0``), False disables it, a path
+    #: moves it
+    cache: str | os.PathLike | bool | None = None
 
     def __post_init__(self) -> None:
         if not callable(self.fw_compiler):

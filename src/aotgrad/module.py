@@ -31,6 +31,7 @@ import copy
 import dataclasses
 import inspect
 import logging
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -107,6 +108,10 @@ class _CompiledForward:
             # A 1-tuple when nothing was reassigned (the common case): a tuple of tensors
             # is packed without a pytree walk on every call.
             return (out, reassigned) if reassigned else (out,)
+
+        # The persistent cache keys this function by root's tree, not by its closure:
+        # every registered parameter and buffer of it is swapped for a graph input.
+        functional_forward._aotgrad_swaps_state_of = root  # type: ignore[attr-defined]
 
         log.info(
             "aot_module: new entry for %s (%d params, %d buffers, %d modules, training=%s)",
@@ -242,7 +247,7 @@ def aot_module(mod: nn.Module, *args: Any, **kwargs: Any) -> AOTModule:
     ``args`` and ``kwargs`` are aot_function's options after ``fn``, as in torch's
     ``aot_module``: ``fw_compiler, bw_compiler=None, partition_fn=None,
     decompositions=None, keep_inference_input_mutations=False, inference_compiler=None,
-    *, dynamic=False`` (:class:`~aotgrad.config.AotConfig`; ``num_params_buffers`` is
+    *, dynamic=False, cache=None`` (:class:`~aotgrad.config.AotConfig`; ``num_params_buffers`` is
     the module's own and not taken).
     """
     if not isinstance(mod, nn.Module):
@@ -264,6 +269,7 @@ def aot_module_simplified(
     inference_compiler: Callable | None = None,
     *,
     dynamic: bool = False,
+    cache: str | os.PathLike | bool | None = None,
 ) -> Callable:
     """The backend entry point: a plain callable over ``mod``'s user inputs.
 
@@ -277,7 +283,7 @@ def aot_module_simplified(
     symbolically (as Dynamo's graph does for the backend).
     """
     config = AotConfig(fw_compiler, bw_compiler, partition_fn, decompositions,
-                       keep_inference_input_mutations, inference_compiler, dynamic)
+                       keep_inference_input_mutations, inference_compiler, dynamic, cache=cache)
     symbolic = symbolic_leaves_of_examples(args)
     if symbolic and not dynamic:
         config = dataclasses.replace(config, dynamic=True, symbolic_leaves=symbolic)

@@ -28,6 +28,7 @@ from ..errors import AotgradCompileError
 from ..partition import grad_tangent_dependencies, saved_values, tag_forward_nodes
 from .aliasing import InputAliasing, outputs_on_call_inputs, plan_input_aliasing
 from .analysis import Analysis, analyze, reject_inplace_on_leaves
+from .cache import EntryStore, StoredEntry
 from .frontend import EntryGuard, InputLayout, layout_for
 from .higher_order import DifferentiableBackward
 from .metadata import OutputType, ViewAndMutationMetadata
@@ -35,7 +36,7 @@ from .runtime import BackwardSpec, CompiledRuntime
 from .signature import GraphSignature, graph_outputs
 from .subclasses import SubclassBoundary, holds_subclass, subclass_boundary
 from .symbolic import ShapeGuard, SymbolicLeaves, fake_graph_inputs, plan_symbolic
-from .tracing import trace_inference, trace_joint
+from .tracing import _primals, trace_inference, trace_joint
 
 __all__ = ["CompiledEntry", "compile_entry"]
 
@@ -92,6 +93,24 @@ class CompiledEntry:
             f"synthetic_bases={0 if self.input_aliasing is None else len(self.input_aliasing.bases)}, "
             f"compile_seconds={self.compile_seconds:.3f})"
         )
+
+
+class _CachedEntry(CompiledEntry):
+    """An entry built from the persistent cache (:mod:`.cache`): the same values, but its
+    joint graph, which nothing runs, is decoded on first access."""
+
+    _joint: torch.fx.GraphModule | None = None
+    _load_joint: Callable[[], torch.fx.GraphModule] | None = None
+
+    @property  # type: ignore[override]
+    def joint_graph(self) -> torch.fx.GraphModule | None:
+        if self._joint is None and self._load_joint is not None:
+            self._joint, self._load_joint = self._load_joint(), None
+        return self._joint
+
+    @joint_graph.setter
+    def joint_graph(self, value: torch.fx.GraphModule | None) -> None:
+        self._joint = value
 
 
 @dataclass
@@ -236,26 +255,35 @@ def records_autograd(md: ViewAndMutationMetadata, grad_enabled: bool) -> bool:
 
 
 def _compile_training(
-    call: _AnalyzedCall, config: AotConfig, graphs: dict, grad_enabled: bool, name: str
+    call: _AnalyzedCall, config: AotConfig, graphs: dict, grad_enabled: bool, name: str,
+    stored: StoredEntry | None = None,
 ) -> tuple[CompiledRuntime, torch.fx.GraphModule]:
     """Joint graph → partition → forward/backward compilers → runtime with an autograd.Function.
 
     ``grad_enabled`` is the caller's mode: the forward is traced in it (the program's own
     grad-mode regions nest inside), and under no_grad the runtime applies the Function with
-    grad enabled so autograd records what those regions made."""
+    grad enabled so autograd records what those regions made. ``stored``: the joint,
+    forward and backward graphs from the persistent cache (no trace, no partition)."""
     md = call.analysis.metadata
-    joint = trace_joint(
-        call.program, call.analysis, call.fake_inputs, call.fake_mode, config.trace_decompositions,
-        grad_enabled=grad_enabled,
-    )
-    num_fwd_outputs = joint.signature.num_forward_outputs
-    tag_forward_nodes(joint.graph, num_fwd_outputs)
-    fw_module, bw_module = config.partition_fn(
-        joint.graph, [joint.primals, joint.tangents], num_fwd_outputs=num_fwd_outputs
-    )
+    joint_signature = call.analysis.signature
+    num_fwd_outputs = joint_signature.num_forward_outputs
+    if stored is None:
+        joint = trace_joint(
+            call.program, call.analysis, call.fake_inputs, call.fake_mode, config.trace_decompositions,
+            grad_enabled=grad_enabled,
+        )
+        joint_gm, primals = joint.graph, joint.primals
+        tag_forward_nodes(joint_gm, num_fwd_outputs)
+        fw_module, bw_module = config.partition_fn(
+            joint_gm, [joint.primals, joint.tangents], num_fwd_outputs=num_fwd_outputs
+        )
+    else:
+        # the joint graph is decoded when someone looks at it (_CachedEntry)
+        joint_gm, fw_module, bw_module = None, stored.graphs["forward"], stored.graphs["backward"]
+        primals = _primals(call.fake_inputs, call.fake_mode)
     graphs["forward"], graphs["backward"] = fw_module, bw_module
     saved_tensors, saved_symints = saved_values(fw_module, num_fwd_outputs)
-    signature = joint.signature.with_saved(len(saved_tensors), len(saved_symints))
+    signature = joint_signature.with_saved(len(saved_tensors), len(saved_symints))
     signature.check_forward_graph(fw_module, saved=True)
     signature.check_backward_graph(bw_module)
     placeholders = fw_module.graph.find_nodes(op="placeholder")
@@ -265,7 +293,7 @@ def _compile_training(
         for k, node in enumerate(saved_tensors)
         if node in placeholders and placeholders.index(node) in data_mutated
     )
-    fw_compiled, _ = _compile_graph("forward", config.fw_compiler, fw_module, list(joint.primals), call.fake_mode)
+    fw_compiled, _ = _compile_graph("forward", config.fw_compiler, fw_module, list(primals), call.fake_mode)
     fw_callable = _detaching(fw_compiled, _view_outputs(fw_module, md, signature))
     bw_inputs = [n.meta.get("val") for n in bw_module.graph.find_nodes(op="placeholder")]
     bw_callable, bw_boundary = _compile_graph("backward", config.bw_compiler, bw_module, bw_inputs, call.fake_mode)
@@ -285,7 +313,7 @@ def _compile_training(
                 grad_enabled=grad_enabled, create_graph=True,
             ).graph,
             num_fwd_outputs,
-            [isinstance(t, torch.Tensor) and t.requires_grad for t in joint.primals],
+            [isinstance(t, torch.Tensor) and t.requires_grad for t in primals],
             saved_tensors,
             {
                 i: "writes" if info.mutates_data else "re-strides"
@@ -298,18 +326,21 @@ def _compile_training(
         md, signature, call.analysis.out_spec, positional(fw_callable), backward,
         records_under_no_grad=not grad_enabled, **_runtime_context(call),
     )
-    return runtime, joint.graph
+    return runtime, joint_gm
 
 
-def _compile_inference(call: _AnalyzedCall, config: AotConfig, graphs: dict, grad_enabled: bool) -> CompiledRuntime:
-    """Forward graph alone → inference compiler → runtime without autograd.Function."""
+def _compile_inference(
+    call: _AnalyzedCall, config: AotConfig, graphs: dict, grad_enabled: bool, stored: StoredEntry | None = None
+) -> CompiledRuntime:
+    """Forward graph alone → inference compiler → runtime without autograd.Function
+    (``stored``: the graph from the persistent cache, not traced again)."""
     md = call.analysis.metadata
     kept = frozenset(
         i for i in md.mutated_input_indices
         if config.keep_inference_input_mutations and not md.input_info[i].mutates_metadata
     )
     signature = call.analysis.signature.without_mutations(kept)
-    gm = trace_inference(
+    gm = stored.graphs["inference"] if stored is not None else trace_inference(
         call.program, call.analysis, call.fake_inputs, call.fake_mode, config.trace_decompositions,
         signature, grad_enabled=grad_enabled,
     )
@@ -361,7 +392,8 @@ def compile_entry(fn: Callable, leaves: list[Any], spec: pytree.TreeSpec, config
     start = time.perf_counter()
     symbolic = plan_symbolic(leaves, config.dynamic, config.symbolic_leaves, config.num_params_buffers)
     if symbolic is None:
-        return _compile_entry(fn, leaves, spec, config, None, start)
+        # Only static entries are cached (core/cache.py: symbolic guards are not stored).
+        return _compile_entry(fn, leaves, spec, config, None, start, EntryStore.for_call(fn, leaves, spec, config))
     try:
         return _compile_entry(fn, leaves, spec, config, symbolic, start)
     except Exception as exc:  # noqa: BLE001 - the static trace below re-raises the program's own errors
@@ -374,17 +406,31 @@ def compile_entry(fn: Callable, leaves: list[Any], spec: pytree.TreeSpec, config
 
 def _compile_entry(
     fn: Callable, leaves: list[Any], spec: pytree.TreeSpec, config: AotConfig,
-    symbolic: SymbolicLeaves | None, start: float,
+    symbolic: SymbolicLeaves | None, start: float, store: EntryStore | None = None,
 ) -> CompiledEntry:
     layout = layout_for(leaves, spec, symbolic.int_positions if symbolic is not None else frozenset())
     tensors = layout.tensors_of(leaves)
     call_inputs = layout.call_inputs_of(leaves)
     grad_enabled = torch.is_grad_enabled()
-    call = _analyze_call(fn, layout, call_inputs, grad_enabled, symbolic)
+    stored = None if store is None else store.load()
+    if stored is None:
+        call = _analyze_call(fn, layout, call_inputs, grad_enabled, symbolic)
+    else:  # the analysis as stored; the fake inputs made as analysis makes them
+        fake_call = _fake_call(layout, call_inputs, None, stored.fake_mode)
+        program = layout.program_of(fn)
+        call = _AnalyzedCall(program, stored.analysis, stored.analysis, None, call_inputs, fake_call, stored.fake_mode)
     md = call.analysis.metadata
     training = records_autograd(md, grad_enabled) and any(
         isinstance(t, torch.Tensor) and t.requires_grad for t in call.graph_inputs
     )
+    if stored is not None and not stored.fits(training):
+        log.debug("aotgrad: ignoring cache entry %r: not a %s entry", store, "training" if training else "inference")
+        stored = None
+        call = _analyze_call(fn, layout, call_inputs, grad_enabled, symbolic)
+        md = call.analysis.metadata
+        training = records_autograd(md, grad_enabled) and any(
+            isinstance(t, torch.Tensor) and t.requires_grad for t in call.graph_inputs
+        )
     log.debug(
         "aotgrad: compiling %s entry for %s\n%r", "training" if training else "inference",
         getattr(fn, "__name__", fn), md,
@@ -392,9 +438,11 @@ def _compile_entry(
     graphs: dict[str, torch.fx.GraphModule] = {}
     joint_gm = None
     if training:
-        runtime, joint_gm = _compile_training(call, config, graphs, grad_enabled, getattr(fn, "__name__", repr(fn)))
+        runtime, joint_gm = _compile_training(call, config, graphs, grad_enabled, getattr(fn, "__name__", repr(fn)), stored)
     else:
-        runtime = _compile_inference(call, config, graphs, grad_enabled)
+        runtime = _compile_inference(call, config, graphs, grad_enabled, stored)
+    if store is not None and stored is None and call.input_aliasing is None:
+        store.save(call.analysis, graphs if joint_gm is None else {**graphs, "joint": joint_gm})
 
     shape_guard = None if symbolic is None else ShapeGuard.of_trace(call.fake_mode.shape_env, call.fake_inputs)
     guard = EntryGuard.for_entry(
@@ -402,7 +450,11 @@ def _compile_entry(
         None if call.input_aliasing is None else call.input_aliasing.matches,
         fake_inputs=call.fake_inputs, shape_guard=shape_guard,
     )
-    entry = CompiledEntry(guard, layout, md, runtime, training, graphs, joint_gm, call.input_aliasing)
+    entry = (CompiledEntry if stored is None else _CachedEntry)(
+        guard, layout, md, runtime, training, graphs, joint_gm, call.input_aliasing
+    )
+    if stored is not None and training:
+        entry._load_joint = stored.joint
     entry.compile_seconds = time.perf_counter() - start
     log.info("aotgrad: compiled %r", entry)
     log.debug("aotgrad: %r", entry.signature)

@@ -1,0 +1,757 @@
+"""The persistent compile cache: traced and partitioned graphs kept on disk between processes.
+
+A compiled entry is a pure function of its *key*: the user function (its code, closure
+constants and the globals it reads, recursively; a ``GraphModule``'s code and node
+metadata; an ``nn.Module``'s classes and attributes), the call's input metadata and
+aliasing pattern, grad mode and the other global modes tracing reads, the compile options
+(partitioner, decompositions, compilers, ...), and the versions of Python, torch and
+aotgrad (aotgrad's by a hash of its sources). :func:`EntryStore.for_call` computes it; a
+stored entry holds what analysis, tracing and partitioning produced (the ``Analysis`` and
+the graphs, node metadata and fake values included). On a hit the pipeline skips those
+three stages and runs the rest (compilers, runtime, guard) as on a cold compile.
+
+Safety, by construction:
+
+* only what can be keyed completely is cached: a key that cannot be computed (a global or
+  closure value with no stable fingerprint, code that writes globals, nonlocals or
+  attributes, a tensor subclass or a symbolic trace, a partitioner or compiler with no
+  stable identity) means no caching, logged at DEBUG with the reason;
+* a stored entry is checked (magic, key, SHA-256 of the payload) before use; a corrupt or
+  truncated one is ignored (the cold compile then rewrites it);
+* entries are written to a temporary file in the same directory, then ``os.replace``d: a
+  reader sees a whole entry or none, whichever writer wins;
+* the torch, Python and aotgrad versions are part of the key: another version never
+  loads an entry.
+
+Where: the ``cache`` option (``aot_function(..., cache=...)``): ``False`` disables it, a
+path moves it; by default ``$AOTGRAD_CACHE_DIR``, else ``$XDG_CACHE_HOME/aotgrad``, else
+``~/.cache/aotgrad``; ``AOTGRAD_CACHE=0`` disables the default.
+"""
+
+from __future__ import annotations
+
+import builtins
+import dis
+import enum
+import functools
+import hashlib
+import io
+import logging
+import os
+import pickle
+import sys
+import tempfile
+import types
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.fx
+import torch.fx.immutable_collections
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch._C import _functionalization
+from torch.multiprocessing.reductions import StorageWeakRef
+
+__all__ = ["EntryStore", "StoredEntry", "Uncacheable", "cache_location"]
+
+log = logging.getLogger("aotgrad")
+
+#: bump when the stored layout changes (the aotgrad source hash changes anyway)
+FORMAT = 1
+_MAGIC = b"AOTGRAD-CACHE-1\n"
+
+
+class Uncacheable(Exception):
+    """The key (or the stored form) of an entry cannot be computed; the message says why."""
+
+
+# --------------------------------------------------------------------------------------
+# Where the cache lives
+# --------------------------------------------------------------------------------------
+
+
+def cache_location(setting: Any) -> Path | None:
+    """The cache directory for a config's ``cache`` option, None when caching is off.
+
+    ``False``: off. A path: that directory. ``None``/``True``: ``$AOTGRAD_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/aotgrad``, else ``~/.cache/aotgrad``; off when ``$AOTGRAD_CACHE`` is
+    ``0``/``false``/``off``/``no`` (``None`` only: ``True`` and a path are explicit)."""
+    if setting is False:
+        return None
+    if setting is not None and setting is not True:
+        return Path(setting)
+    if setting is None and os.environ.get("AOTGRAD_CACHE", "1").strip().lower() in ("0", "false", "off", "no"):
+        return None
+    where = os.environ.get("AOTGRAD_CACHE_DIR")
+    if where:
+        return Path(where)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "aotgrad"
+
+
+@functools.cache
+def _aotgrad_source_hash() -> str:
+    """A hash of every aotgrad source file: any code change is a new version."""
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def versions() -> tuple[str, ...]:
+    """What a stored entry is valid for: the stored format, Python, torch, aotgrad."""
+    return (str(FORMAT), sys.version, torch.__version__, _aotgrad_source_hash())
+
+
+# --------------------------------------------------------------------------------------
+# Fingerprints: a stable description of every value that decides the trace
+# --------------------------------------------------------------------------------------
+
+#: modules whose functions and classes are named, not hashed: their code is fixed by the
+#: versions in the key (torch, aotgrad, the standard library of this Python)
+_NAMED_MODULES = (
+    "torch", "aotgrad", "math", "cmath", "operator", "_operator", "builtins", "functools", "itertools",
+    "collections", "typing", "numbers", "enum", "abc", "dataclasses", "contextlib", "types", "_collections_abc",
+)
+#: builtins with effects (or values) a cached entry would not reproduce
+_IMPURE_BUILTINS = frozenset({
+    "print", "input", "open", "exec", "eval", "compile", "setattr", "delattr", "globals", "locals", "vars",
+    "breakpoint", "__import__", "id", "hash", "exit", "quit", "help",
+})
+#: bytecode that changes state outside the function's own frame
+_IMPURE_OPS = frozenset({
+    "STORE_GLOBAL", "DELETE_GLOBAL", "STORE_ATTR", "DELETE_ATTR", "IMPORT_NAME", "IMPORT_STAR",
+})
+#: container methods that mutate (a captured or global container written at trace time)
+_MUTATING_METHODS = frozenset({
+    "append", "extend", "insert", "pop", "popitem", "update", "remove", "discard", "setdefault", "clear",
+    "register_buffer", "register_parameter", "register_module", "add_module", "__setattr__", "__setitem__",
+    "__delitem__", "write", "writelines",
+})
+_PLAIN = (type(None), bool, int, float, complex, str, bytes)
+_TORCH_PLAIN = (torch.dtype, torch.device, torch.layout, torch.memory_format)
+
+
+def _named_module(name: str | None) -> bool:
+    return bool(name) and name.split(".")[0] in _NAMED_MODULES
+
+
+class Fingerprint:
+    """Feeds a stable description of values into one SHA-256; raises :class:`Uncacheable`
+    for a value it cannot describe completely. Objects seen before are referred to by
+    their first position (cycles, shared submodules, tied parameters).
+
+    ``state_modules``: modules whose registered parameters and buffers are swapped for
+    graph inputs while tracing (``aot_module``): their values never reach the graph, so
+    only their metadata is keyed. Every other tensor reachable from the function is a
+    constant of the trace and is keyed by value."""
+
+    def __init__(self) -> None:
+        self._h = hashlib.sha256()
+        self._seen: dict[int, int] = {}
+        self._keep: list[Any] = []  # keeps ids stable while fingerprinting
+        self._storages: dict[tuple[int, int], int] = {}
+        self.state_modules: set[int] = set()
+
+    def hexdigest(self) -> str:
+        return self._h.hexdigest()
+
+    def token(self, *parts: Any) -> None:
+        self._h.update(repr(parts).encode())
+        self._h.update(b"\x00")
+
+    def add(self, obj: Any, where: str = "value") -> None:
+        t = type(obj)
+        if t in _PLAIN:
+            self.token(t.__name__, obj)
+            return
+        if isinstance(obj, _TORCH_PLAIN) or t is torch.Size:
+            self.token(t.__name__, str(obj))
+            return
+        if isinstance(obj, torch.SymInt | torch.SymFloat | torch.SymBool):
+            raise Uncacheable(f"{where}: a symbolic value")
+        k = id(obj)
+        if k in self._seen:
+            self.token("seen", self._seen[k])
+            return
+        self._seen[k] = len(self._seen)
+        self._keep.append(obj)
+        if isinstance(obj, enum.Enum):
+            self.add(type(obj), where)
+            self.token("enum", obj.name)
+        elif t in (tuple, list, set, frozenset) or (isinstance(obj, tuple) and hasattr(obj, "_fields")):
+            if t is not tuple:
+                self.add(t, where)
+            items = sorted(obj, key=repr) if isinstance(obj, set | frozenset) else obj
+            self.token("seq", len(obj))
+            for i, x in enumerate(items):
+                self.add(x, f"{where}[{i}]")
+        elif isinstance(obj, dict):
+            self.add(t, where)
+            self.token("dict", len(obj))
+            for key, value in obj.items():
+                self.add(key, where)
+                self.add(value, f"{where}[{key!r}]")
+        elif isinstance(obj, torch.Tensor):
+            self._tensor(obj, where, by_value=True)
+        elif isinstance(obj, torch.fx.GraphModule):
+            self._graph_module(obj, where)
+        elif isinstance(obj, torch.nn.Module):
+            self._module(obj, where)
+        elif isinstance(obj, types.ModuleType):
+            if not _named_module(obj.__name__):
+                raise Uncacheable(f"{where}: module {obj.__name__} (its contents are not keyed)")
+            self.token("module", obj.__name__)
+        elif isinstance(obj, type):
+            self._class(obj, where)
+        elif isinstance(obj, types.FunctionType):
+            self._function(obj, where)
+        elif isinstance(obj, types.MethodType):
+            self.token("method")
+            self.add(obj.__self__, where)
+            self.add(obj.__func__, where)
+        elif isinstance(obj, types.BuiltinFunctionType | types.BuiltinMethodType):
+            owner = obj.__self__
+            if owner is None or isinstance(owner, types.ModuleType):
+                module = getattr(obj, "__module__", None) or getattr(owner, "__name__", None)
+                if module == "builtins" and obj.__name__ in _IMPURE_BUILTINS:
+                    raise Uncacheable(f"{where}: calls {obj.__name__}() (an effect a cached entry would skip)")
+                if not _named_module(module):
+                    raise Uncacheable(f"{where}: builtin {obj!r} of module {module}")
+                self.token("builtin", module, obj.__qualname__)
+            else:
+                self.token("bound builtin", obj.__name__)
+                self.add(owner, where)
+        elif isinstance(obj, functools.partial):
+            self.token("partial")
+            self.add(obj.func, where)
+            self.add(obj.args, where)
+            self.add(obj.keywords, where)
+        elif isinstance(obj, torch._ops.OpOverload | torch._ops.OpOverloadPacket | torch._ops.HigherOrderOperator):
+            self.token("op", str(obj))
+        elif isinstance(obj, staticmethod | classmethod):
+            self.token(type(obj).__name__)
+            self.add(obj.__func__, where)
+        elif isinstance(obj, property):
+            self.token("property")
+            for f in (obj.fget, obj.fset, obj.fdel):
+                self.add(f, where)
+        elif _named_module(type(obj).__module__) and type(obj).__repr__ is not object.__repr__ and " at 0x" not in repr(obj):
+            # a library value with a value-like repr (e.g. torch's decomposition wrappers are
+            # functions; this takes torch.finfo, SymbolicLeaves, TreeSpec, ...)
+            self.token("repr", type(obj).__module__, type(obj).__qualname__, repr(obj))
+        else:
+            raise Uncacheable(f"{where}: a {type(obj).__module__}.{type(obj).__qualname__} (no stable fingerprint)")
+
+    # -- tensors --------------------------------------------------------------------
+
+    def _tensor(self, t: torch.Tensor, where: str, by_value: bool) -> None:
+        if type(t) not in (torch.Tensor, torch.nn.Parameter) or isinstance(t, FakeTensor):
+            raise Uncacheable(f"{where}: a {type(t).__name__} (tensor subclasses are not cached)")
+        if t.layout is not torch.strided or t.is_quantized or t.is_meta or t.device.type != "cpu":
+            raise Uncacheable(f"{where}: a {t.layout} {t.device} tensor")
+        if t.is_conj() or t.is_neg() or torch._C._functorch.is_functorch_wrapped_tensor(t):
+            raise Uncacheable(f"{where}: a conjugate/negative/functorch tensor")
+        if getattr(t, "_dynamo_dynamic_indices", None) or getattr(t, "_dynamo_weak_dynamic_indices", None):
+            raise Uncacheable(f"{where}: a tensor with dims marked dynamic")
+        storage = t.untyped_storage()
+        sid = self._storages.setdefault((storage.data_ptr(), storage.nbytes()), len(self._storages))
+        self.token(
+            "tensor", type(t).__name__, tuple(t.shape), t.stride(), t.storage_offset(), str(t.dtype),
+            t.requires_grad, t.is_leaf, t._is_view(), t.is_inference(), sid, storage.nbytes(),
+        )
+        if t._is_view():
+            self._tensor(t._base, f"{where}._base", by_value)
+        if by_value:
+            data = t.detach()
+            data = data.reshape(-1).contiguous().view(torch.uint8) if data.numel() else data.new_empty(0, dtype=torch.uint8)
+            self.token("data", hashlib.blake2b(data.numpy()).hexdigest())
+
+    def input_tensor(self, t: torch.Tensor, where: str) -> None:
+        """A graph input: metadata only (its values are the call's, never the trace's)."""
+        self._tensor(t, where, by_value=False)
+
+    # -- code -------------------------------------------------------------------------
+
+    def _function(self, fn: types.FunctionType, where: str) -> None:
+        swaps = getattr(fn, "_aotgrad_swaps_state_of", None)
+        if swaps is not None and fn.__module__ == "aotgrad.module":
+            # aot_module's functional forward: its code is aotgrad's, what it closes over
+            # (the state layout) is a function of the module tree, whose parameters and
+            # buffers it swaps for graph inputs (metadata only in the key)
+            self.token("state-swapping forward", fn.__qualname__)
+            self.state_modules.update(id(m) for m in swaps.modules())
+            self.add(swaps, where)
+            return
+        if _named_module(fn.__module__) and "<locals>" not in fn.__qualname__ and "<lambda>" not in fn.__qualname__:
+            self.token("function", fn.__module__, fn.__qualname__)
+            return
+        where = f"{fn.__module__}.{fn.__qualname__}"
+        self.token("code", fn.__name__, fn.__qualname__, fn.__module__)
+        self._code(fn.__code__, fn.__globals__, where)
+        self.add(fn.__defaults__, where)
+        self.add(fn.__kwdefaults__, where)
+        if fn.__dict__:
+            self.add({k: v for k, v in fn.__dict__.items() if k != "_aotgrad_swaps_state_of"}, where)
+        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+            try:
+                value = cell.cell_contents
+            except ValueError:
+                raise Uncacheable(f"{where}: closure variable {name} is not set yet") from None
+            self.token("cell", name)
+            self.add(value, f"{where}: closure variable {name}")
+
+    def _code(self, code: types.CodeType, globals_: dict, where: str) -> None:
+        self.token(
+            code.co_code, code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars, code.co_flags,
+            code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount, code.co_filename,
+            code.co_firstlineno, code.co_qualname, code.co_linetable, code.co_exceptiontable,
+        )
+        for ins in dis.get_instructions(code):
+            if ins.opname in _IMPURE_OPS:
+                raise Uncacheable(f"{where}: {ins.opname} {ins.argval} (changes state outside the function)")
+            if ins.opname in ("STORE_DEREF", "DELETE_DEREF") and ins.argval in code.co_freevars:
+                raise Uncacheable(f"{where}: assigns nonlocal {ins.argval}")
+            if ins.opname in ("LOAD_ATTR", "LOAD_METHOD") and ins.argval in _MUTATING_METHODS:
+                raise Uncacheable(f"{where}: calls .{ins.argval}() (may change state outside the function)")
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                self._code(const, globals_, where)
+            else:
+                self.add(const, where)
+        builtin_names = vars(builtins)
+        for name in code.co_names:
+            if name in globals_:
+                self.token("global", name)
+                self.add(globals_[name], f"{where}: global {name}")
+            elif name in builtin_names:
+                if name in _IMPURE_BUILTINS:
+                    raise Uncacheable(f"{where}: calls {name}() (an effect a cached entry would skip)")
+                self.token("builtin name", name)
+
+    def _class(self, cls: type, where: str) -> None:
+        if _named_module(cls.__module__) and "<locals>" not in cls.__qualname__:
+            self.token("class", cls.__module__, cls.__qualname__)
+            return
+        if type(cls) is not type and not _named_module(type(cls).__module__):
+            raise Uncacheable(f"{where}: class {cls.__qualname__} has a user metaclass")
+        self.token("user class", cls.__module__, cls.__qualname__)
+        self.add(cls.__bases__, where)
+        for name, value in sorted(cls.__dict__.items()):
+            if name in ("__dict__", "__weakref__", "__doc__", "__module__", "__qualname__"):
+                continue
+            if isinstance(value, dict | list | set) and name not in ("__annotations__", "__constants__"):
+                raise Uncacheable(f"{where}: class attribute {cls.__qualname__}.{name} is a mutable {type(value).__name__}")
+            self.token("attr", name)
+            self.add(value, f"{cls.__qualname__}.{name}")
+
+    # -- modules --------------------------------------------------------------------
+
+    _MODULE_STATE = ("_parameters", "_buffers", "_modules")
+
+    def _module(self, mod: torch.nn.Module, where: str) -> None:
+        self.add(type(mod), where)
+        by_value = id(mod) not in self.state_modules
+        for name, value in sorted(vars(mod).items()):
+            if name in self._MODULE_STATE:
+                self.token("state", name, len(value))
+                for key, item in value.items():
+                    self.token(key)
+                    if isinstance(item, torch.Tensor) and id(item) not in self._seen:
+                        self._seen[id(item)] = len(self._seen)
+                        self._keep.append(item)
+                        self._tensor(item, f"{where}.{key}", by_value)
+                    else:
+                        self.add(item, f"{where}.{key}")
+                continue
+            self.token("attr", name)
+            self.add(value, f"{where}.{name}")
+
+    def _graph_module(self, gm: torch.fx.GraphModule, where: str) -> None:
+        self.token("graph module", gm.code)
+        for node in gm.graph.nodes:
+            if node.op == "get_attr":
+                raise Uncacheable(f"{where}: get_attr {node.target} (constants and submodules are not keyed)")
+            if node.op in ("call_module", "call_method"):
+                raise Uncacheable(f"{where}: {node.op} {node.target}")
+            self.token(node.name, node.op)
+            if node.op == "call_function":
+                self.add(node.target, f"{where}: {node.name}")
+            for key, value in sorted(node.meta.items()):
+                if key in ("val", "example_value", "tensor_meta", "grapharg", "unbacked_bindings"):
+                    continue
+                self.token("meta", key)
+                if key == "nn_module_stack" and isinstance(value, dict):
+                    # keyed by Dynamo with id()s of this process's modules: the module
+                    # paths and types are what is stable
+                    value = list(value.values())
+                self.add(value, f"{where}: {node.name}.meta[{key!r}]")
+        state = dict(gm.named_parameters(remove_duplicate=False)) | dict(gm.named_buffers(remove_duplicate=False))
+        for name, t in state.items():
+            self.token("lifted", name)
+            self.input_tensor(t, f"{where}.{name}")
+        for name, value in sorted(vars(gm).items()):
+            if name in ("_parameters", "_buffers", "_modules", "_graph", "_code", "_lineno_map", "_prologue_start",
+                        "_tracer_cls", "_tracer_extras", "_erase_node_hooks", "_create_node_hooks",
+                        "_replace_hooks", "_deepcopy_hooks", "meta", "_in_spec", "_out_spec"):
+                continue
+            if name.startswith("_") and name.endswith("hooks") and not value:
+                continue
+            self.token("attr", name)
+            self.add(value, f"{where}.{name}")
+
+
+def _global_state() -> tuple:
+    """The global modes tracing reads; a mode aotgrad cannot see through refuses caching."""
+    if torch._C._len_torch_function_stack() or torch._C._len_torch_dispatch_stack():
+        raise Uncacheable("a TorchFunctionMode or TorchDispatchMode is active")
+    if torch._C._functorch.peek_interpreter_stack() is not None:
+        raise Uncacheable("called inside a functorch transform")
+    nn_hooks = torch.nn.modules.module
+    if any(getattr(nn_hooks, name) for name in dir(nn_hooks) if name.startswith("_global_") and name.endswith("hooks")):
+        raise Uncacheable("global nn.Module hooks are registered")
+    return (
+        torch.is_grad_enabled(), torch.is_inference_mode_enabled(), str(torch.get_default_dtype()),
+        torch.is_autocast_enabled("cpu"), str(torch.get_autocast_dtype("cpu")),
+        torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+        torch._C._get_cudnn_enabled(), torch._C._get_mkldnn_enabled(),
+    )
+
+
+#: compilers known not to change the graph they are given (a stored graph is the one they
+#: got); a user compiler may rewrite it in place, so its entries are not stored
+def _graph_preserving(compiler: Any) -> bool:
+    from .. import compilers
+
+    while hasattr(compiler, "__wrapped__") and not isinstance(compiler, compilers.InductorCompiler):
+        compiler = compiler.__wrapped__
+    if isinstance(compiler, compilers.InductorCompiler):
+        return True
+    return compiler in (compilers.nop, compilers.print_graph) or (
+        getattr(compiler, "__module__", None) == "torch._functorch.compilers"
+        and getattr(compiler, "__name__", "") in ("nop", "print_compile")
+    )
+
+
+def entry_key(fn: Callable, leaves: list[Any], spec: Any, config: Any) -> str:
+    """The key of the entry ``fn`` compiles for this call (raises :class:`Uncacheable`)."""
+    fp = Fingerprint()
+    fp.token("versions", versions())
+    fp.token("state", _global_state())
+    for name in ("fw_compiler", "bw_compiler", "inference_compiler"):
+        compiler = getattr(config, name)
+        if not _graph_preserving(compiler):
+            raise Uncacheable(f"{name} {compiler!r} may rewrite the graphs it is given")
+        fp.add(compiler, name)
+    fp.add(config.partition_fn, "partition_fn")
+    decompositions = config.trace_decompositions
+    if decompositions is None:
+        fp.token("no decompositions")
+    else:
+        fp.token("decompositions", len(decompositions))
+        for op in sorted(decompositions, key=str):
+            fp.token(str(op))
+            fp.add(decompositions[op], f"decomposition of {op}")
+    fp.token(config.keep_inference_input_mutations, config.dynamic, repr(config.symbolic_leaves), config.num_params_buffers)
+    spec_text = str(spec)
+    if " at 0x" in spec_text:
+        raise Uncacheable("the call's pytree spec has no stable description")
+    fp.token("spec", spec_text)
+    for i, leaf in enumerate(leaves):
+        if isinstance(leaf, torch.Tensor):
+            fp.input_tensor(leaf, f"argument leaf {i}")
+        else:
+            fp.add(leaf, f"argument leaf {i}")
+    fp.add(fn, "the function")
+    return fp.hexdigest()
+
+
+# --------------------------------------------------------------------------------------
+# The stored form: graphs with their node metadata and fake values
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class StoredEntry:
+    """What a hit gives the pipeline: the analysis and the graphs tracing and partitioning
+    made ("forward"/"backward", or "inference"), over ``fake_mode``. The joint graph,
+    which no later stage runs, is decoded on first use (:meth:`joint`)."""
+
+    analysis: Any
+    graphs: dict[str, torch.fx.GraphModule]
+    fake_mode: FakeTensorMode
+    joint_payload: bytes | None = None
+
+    def fits(self, training: bool) -> bool:
+        """Whether it holds the graphs an entry of this kind is built from."""
+        needed = ("forward", "backward") if training else ("inference",)
+        return all(name in self.graphs for name in needed) and (self.joint_payload is not None) == training
+
+    def joint(self) -> torch.fx.GraphModule:
+        """The joint graph (training entries), decoded now."""
+        _, graphs = _loads_graphs(self.joint_payload, self.fake_mode)
+        return graphs["joint"]
+
+
+@dataclass(frozen=True)
+class _Ref:
+    index: int
+
+
+class _Pickler(pickle.Pickler):
+    """Pickles graphs: nodes by position (in node arguments only: a node in metadata is
+    refused), fake tensors by metadata (their storage sharing kept), ops by name; refuses
+    real tensors and symbolic values."""
+
+    def __init__(self, file: io.BytesIO) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.nodes: dict[torch.fx.Node, int] = {}
+        self.storages: dict[StorageWeakRef, int] = {}
+        self.in_meta = False
+
+    def persistent_id(self, obj: Any) -> Any:
+        if isinstance(obj, torch.fx.Node):
+            if self.in_meta:
+                raise Uncacheable(f"node {obj.name} in a node's metadata")
+            return ("N", self.nodes[obj])
+        if isinstance(obj, torch.Tensor):
+            if type(obj) is not FakeTensor:
+                raise Uncacheable(f"a {type(obj).__name__} in a graph's metadata")
+            return ("T", self._describe(obj))
+        if isinstance(obj, torch._ops.OpOverload):
+            return ("O", obj.name())
+        if isinstance(obj, torch._ops.OpOverloadPacket):
+            return ("P", obj._qualified_op_name)
+        if isinstance(obj, _functionalization.ViewMeta):
+            # a step of an aliased output's view chain: its type and arguments rebuild it
+            return ("V", type(obj).__name__, obj.as_tuple())
+        if isinstance(obj, _functionalization.InverseReturnMode):
+            return ("E", obj.name)
+        if isinstance(obj, torch.SymInt | torch.SymFloat | torch.SymBool | torch._ops.HigherOrderOperator):
+            raise Uncacheable(f"a {type(obj).__name__} in a graph")
+        return None
+
+    def _describe(self, t: FakeTensor) -> tuple:
+        if t._is_view() or t.grad_fn is not None or t.constant is not None or t.is_conj() or t.is_neg():
+            raise Uncacheable("a fake value that is a view, has a grad_fn or a constant")
+        if t.layout is not torch.strided:
+            raise Uncacheable(f"a {t.layout} fake value")
+        storage = t.untyped_storage()
+        sid = self.storages.setdefault(StorageWeakRef(storage), len(self.storages))
+        return (sid, storage.nbytes(), tuple(t.shape), t.stride(), t.storage_offset(), t.dtype, t.device, t.requires_grad)
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, file: io.BytesIO, fake_mode: FakeTensorMode) -> None:
+        super().__init__(file)
+        self.fake_mode = fake_mode
+        self.storages: dict[int, torch.UntypedStorage] = {}
+
+    def persistent_load(self, pid: Any) -> Any:
+        kind, *rest = pid
+        value = rest[0] if len(rest) == 1 else tuple(rest)
+        if kind == "N":
+            return _Ref(value)
+        if kind == "T":
+            return self._fake(*value)
+        if kind == "O":
+            name, _, overload = value.partition(".")
+            namespace, _, op = name.partition("::")
+            return getattr(getattr(getattr(torch.ops, namespace), op), overload or "default")
+        if kind == "P":
+            namespace, _, op = value.partition("::")
+            return getattr(getattr(torch.ops, namespace), op)
+        if kind == "V":
+            name, args = value
+            return getattr(_functionalization, name)(args)
+        if kind == "E":
+            return _functionalization.InverseReturnMode.__members__[value]
+        raise pickle.UnpicklingError(f"unknown persistent id {kind!r}")
+
+    def _fake(self, sid, nbytes, shape, stride, offset, dtype, device, requires_grad) -> FakeTensor:
+        storage = self.storages.get(sid)
+        if storage is None:
+            meta = torch.empty_strided(shape, stride, dtype=dtype, device="meta")
+            if offset or meta.untyped_storage().nbytes() != nbytes:
+                storage = torch.empty((nbytes,), dtype=torch.uint8, device="meta").untyped_storage()
+                meta = torch.empty((0,), dtype=dtype, device="meta").set_(storage, offset, shape, stride)
+            self.storages[sid] = meta.untyped_storage()
+        else:
+            meta = torch.empty((0,), dtype=dtype, device="meta").set_(storage, offset, shape, stride)
+        fake = self.fake_mode.fake_tensor_converter.from_meta_and_device(self.fake_mode, meta, device)
+        if requires_grad:
+            fake.requires_grad_(True)
+        return fake
+
+
+def _dumps_graphs(extra: Any, graphs: dict[str, torch.fx.GraphModule]) -> bytes:
+    """``extra`` and the graphs: their nodes (op, name, target, args, kwargs, type), then
+    every node's and graph's metadata (fake values by metadata)."""
+    with io.BytesIO() as stream:
+        pickler = _Pickler(stream)
+        structure = {}
+        metas = []
+        for name, gm in graphs.items():
+            if type(gm.graph._codegen) is not torch.fx.graph.CodeGen:
+                raise Uncacheable(f"a graph with a {type(gm.graph._codegen).__name__}")
+            nodes = []
+            for node in gm.graph.nodes:
+                if node.op in ("get_attr", "call_module"):
+                    raise Uncacheable(f"{node.op} {node.target} in a traced graph")
+                pickler.nodes[node] = len(pickler.nodes)
+                nodes.append((node.op, node.name, node.target, node.args, node.kwargs, node.type))
+                metas.append(node.meta)
+            structure[name] = (type(gm).__name__, nodes)
+            metas.append(gm.meta)
+        pickler.dump((extra, structure))
+        pickler.in_meta = True
+        pickler.dump(metas)
+        return stream.getvalue()
+
+
+def _resolve(x: Any, nodes: list[torch.fx.Node]) -> Any:
+    """Node arguments with :class:`_Ref` replaced by the nodes built so far."""
+    t = type(x)
+    if t is _Ref:
+        return nodes[x.index]
+    if t is tuple:
+        return tuple(_resolve(y, nodes) for y in x)
+    if t is list or t is torch.fx.immutable_collections.immutable_list:
+        return [_resolve(y, nodes) for y in x]
+    if t is dict or t is torch.fx.immutable_collections.immutable_dict:
+        return {k: _resolve(v, nodes) for k, v in x.items()}
+    if t is slice:
+        return slice(_resolve(x.start, nodes), _resolve(x.stop, nodes), _resolve(x.step, nodes))
+    if isinstance(x, tuple) and hasattr(x, "_fields"):
+        return t(*(_resolve(y, nodes) for y in x))
+    return x
+
+
+def _loads_graphs(payload: bytes, fake_mode: FakeTensorMode) -> tuple[Any, dict[str, torch.fx.GraphModule]]:
+    with io.BytesIO(payload) as stream, warnings.catch_warnings():
+        # torch's TreeSpec unpickling warns about its own deprecated LeafSpec
+        warnings.simplefilter("ignore", FutureWarning)
+        unpickler = _Unpickler(stream, fake_mode)
+        extra, structure = unpickler.load()
+        metas = iter(unpickler.load())
+    nodes: list[torch.fx.Node] = []
+    graphs = {}
+    for name, (class_name, records) in structure.items():
+        graph = torch.fx.Graph()
+        for op, node_name, target, args, kwargs, type_ in records:
+            node = graph.create_node(op, target, _resolve(args, nodes), _resolve(kwargs, nodes), node_name, type_)
+            if node.name != node_name:
+                raise pickle.UnpicklingError(f"node {node_name} came back as {node.name}")
+            node.meta = next(metas)
+            nodes.append(node)
+        gm = torch.fx.GraphModule(torch.nn.Module(), graph, class_name)
+        gm.meta.update(next(metas))
+        graphs[name] = gm
+    return extra, graphs
+
+
+def _dumps(analysis: Any, graphs: dict[str, torch.fx.GraphModule]) -> bytes:
+    joint = graphs.get("joint")
+    main = {k: v for k, v in graphs.items() if k != "joint"}
+    joint_payload = None if joint is None else _dumps_graphs(None, {"joint": joint})
+    return _dumps_graphs((analysis, joint_payload), main)
+
+
+def _loads(payload: bytes) -> StoredEntry:
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    (analysis, joint_payload), graphs = _loads_graphs(payload, fake_mode)
+    return StoredEntry(analysis, graphs, fake_mode, joint_payload)
+
+
+# --------------------------------------------------------------------------------------
+# The store
+# --------------------------------------------------------------------------------------
+
+
+def _storable_analysis(analysis: Any) -> None:
+    """Raise :class:`Uncacheable` where the analysis holds what does not round-trip."""
+    for i, o in enumerate(analysis.metadata.output_info):
+        if not isinstance(o.constant, _PLAIN + _TORCH_PLAIN):
+            raise Uncacheable(f"output {i} is a constant {type(o.constant).__name__}")
+    if any(s is not None for s in analysis.tangent_structures):
+        raise Uncacheable("tensor-subclass tangents")
+
+
+class EntryStore:
+    """The cache file of one entry key: :meth:`load` it, or :meth:`save` a cold compile."""
+
+    def __init__(self, directory: Path, key: str, name: str) -> None:
+        self.path = directory / key[:2] / f"{key[2:]}.entry"
+        self.key = key
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"EntryStore({str(self.path)!r})"
+
+    @classmethod
+    def for_call(cls, fn: Callable, leaves: list[Any], spec: Any, config: Any) -> EntryStore | None:
+        """The store for this call's entry; None when caching is off or the key cannot be
+        computed (logged at DEBUG with the reason)."""
+        directory = cache_location(getattr(config, "cache", None))
+        if directory is None:
+            return None
+        name = getattr(fn, "__name__", repr(fn))
+        try:
+            key = entry_key(fn, leaves, spec, config)
+        except Uncacheable as why:
+            log.debug("aotgrad: not caching %s: %s", name, why)
+            return None
+        except Exception as exc:  # noqa: BLE001 - fingerprinting must never break a compile
+            log.debug("aotgrad: not caching %s: fingerprint failed: %s: %s", name, type(exc).__name__, exc)
+            return None
+        return cls(directory, key, name)
+
+    def load(self) -> StoredEntry | None:
+        """The stored entry, or None (absent, corrupt, truncated: logged at DEBUG)."""
+        try:
+            blob = self.path.read_bytes()
+        except OSError:
+            return None
+        try:
+            head = len(_MAGIC) + 64 + 32
+            if len(blob) < head or not blob.startswith(_MAGIC) or blob[len(_MAGIC):len(_MAGIC) + 64] != self.key.encode():
+                raise ValueError("bad header")
+            payload = blob[head:]
+            if hashlib.sha256(payload).digest() != blob[len(_MAGIC) + 64:head]:
+                raise ValueError("checksum mismatch (truncated or corrupt)")
+            stored = _loads(payload)
+        except Exception as exc:  # noqa: BLE001 - a bad entry is ignored and rewritten
+            log.debug("aotgrad: ignoring cache entry %s: %s: %s", self.path, type(exc).__name__, exc)
+            return None
+        log.debug("aotgrad: %s loaded from cache %s", self.name, self.path)
+        return stored
+
+    def save(self, analysis: Any, graphs: dict[str, torch.fx.GraphModule]) -> None:
+        """Write the entry (atomically: a temporary file in the same directory, then
+        ``os.replace``); an entry that cannot be stored is skipped, logged at DEBUG."""
+        try:
+            _storable_analysis(analysis)
+            payload = _dumps(analysis, graphs)
+        except Exception as exc:  # noqa: BLE001 - Uncacheable, or a value pickle refuses
+            log.debug("aotgrad: not caching %s: %s: %s", self.name, type(exc).__name__, exc)
+            return
+        blob = _MAGIC + self.key.encode() + hashlib.sha256(payload).digest() + payload
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".tmp-", suffix=".entry")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(blob)
+                os.replace(tmp, self.path)
+            except BaseException:
+                os.unlink(tmp)
+                raise
+        except OSError as exc:
+            log.debug("aotgrad: could not write cache entry %s: %s", self.path, exc)
+            return
+        log.debug("aotgrad: %s stored in cache %s", self.name, self.path)

@@ -1,0 +1,243 @@
+"""The persistent compile cache (core/cache.py): a hit gives what a cold compile gives, and
+an entry is never used where it might be wrong.
+
+Each test uses its own cache directory; the second-process tests run scripts in fresh
+interpreters (tests/cache_worker.py)."""
+
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import aotgrad
+from aotgrad import compilers
+from aotgrad.core import cache
+
+WORKER = Path(__file__).with_name("cache_worker.py")
+
+
+def entries(directory: Path) -> list[Path]:
+    return sorted(directory.rglob("*.entry"))
+
+
+def run_worker(directory: Path, *extra: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, AOTGRAD_CACHE_DIR=str(directory), PYTHONPATH=os.pathsep.join(sys.path))
+    env.pop("AOTGRAD_CACHE", None)
+    return subprocess.run(
+        [sys.executable, str(WORKER), *extra], env=env, capture_output=True, text=True, timeout=300, check=True,
+    )
+
+
+def parse(out: str) -> tuple[dict[str, str], int]:
+    """The worker's report: case -> graphs and results, and how many entries it loaded."""
+    cases, loaded = {}, 0
+    out, _, tail = out.rpartition("\nloaded ")
+    loaded = int(tail.split()[0])
+    for block in out.split("=== ")[1:]:
+        name, _, body = block.partition("\n")
+        cases[name] = body
+    return cases, loaded
+
+
+def test_second_process_hits_and_matches_cold(tmp_path):
+    cold = run_worker(tmp_path)
+    cold_cases, cold_loaded = parse(cold.stdout)
+    assert cold_loaded == 0
+    stored = entries(tmp_path)
+    assert len(stored) == len(cold_cases) == 4, cold.stdout
+    warm = run_worker(tmp_path)
+    warm_cases, warm_loaded = parse(warm.stdout)
+    assert warm_loaded == len(cold_cases), warm.stderr[-3000:]
+    # graphs (printed code, joint included), metadata, signature, results, gradients
+    assert warm_cases == cold_cases
+    assert entries(tmp_path) == stored
+
+
+def test_concurrent_writers_leave_whole_entries(tmp_path):
+    env = dict(os.environ, AOTGRAD_CACHE_DIR=str(tmp_path), PYTHONPATH=os.pathsep.join(sys.path))
+    env.pop("AOTGRAD_CACHE", None)
+    procs = [
+        subprocess.Popen([sys.executable, str(WORKER), "--rounds", "3"], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outs]
+    assert not list(tmp_path.rglob(".tmp-*")), "a temporary file was left behind"
+    first, _ = parse(outs[0][0])
+    assert parse(outs[1][0])[0] == first
+    after, loaded = parse(run_worker(tmp_path).stdout)
+    assert loaded == len(first) and after == first
+
+
+def _compiled_sin_mul():
+    def fn(x, y):
+        return (x.sin() * y).sum(), x.cos()
+
+    return fn
+
+
+def _call(f, seed=0):
+    torch.manual_seed(seed)
+    x = torch.randn(4, 3, requires_grad=True)
+    y = torch.randn(4, 3)
+    out = f(x, y)
+    out[0].backward()
+    return out, x.grad
+
+
+def _loads(caplog) -> int:
+    return sum("loaded from cache" in r.getMessage() for r in caplog.records)
+
+
+@pytest.fixture
+def debug_log(caplog):
+    caplog.set_level(logging.DEBUG, logger="aotgrad")
+    return caplog
+
+
+def test_corrupt_and_truncated_entries_are_ignored_and_rewritten(tmp_path, debug_log):
+    fn = _compiled_sin_mul()
+    expected = _call(fn)
+    _call(aotgrad.aot_function(fn, compilers.nop, cache=tmp_path))
+    (path,) = entries(tmp_path)
+    whole = path.read_bytes()
+    for broken in (whole[: len(whole) // 2], whole[:-1] + bytes([whole[-1] ^ 1]), b"", whole[:10]):
+        path.write_bytes(broken)
+        debug_log.clear()
+        out, grad = _call(aotgrad.aot_function(fn, compilers.nop, cache=tmp_path))
+        assert _loads(debug_log) == 0
+        assert any("ignoring cache entry" in r.getMessage() for r in debug_log.records) or not broken
+        torch.testing.assert_close((out, grad), expected, rtol=0, atol=0)
+        assert path.read_bytes() == whole  # rewritten by the cold compile
+    debug_log.clear()
+    _call(aotgrad.aot_function(fn, compilers.nop, cache=tmp_path))
+    assert _loads(debug_log) == 1
+
+
+def test_other_versions_never_load(tmp_path, debug_log, monkeypatch):
+    fn = _compiled_sin_mul()
+    _call(aotgrad.aot_function(fn, compilers.nop, cache=tmp_path))
+    real = cache.versions()
+    for k, other in ((2, "2.99.0"), (3, "another aotgrad"), (1, "3.99")):
+        monkeypatch.setattr(cache, "versions", lambda k=k, other=other: real[:k] + (other,) + real[k + 1:])
+        debug_log.clear()
+        _call(aotgrad.aot_function(fn, compilers.nop, cache=tmp_path))
+        assert _loads(debug_log) == 0
+    assert len(entries(tmp_path)) == 4
+
+
+SOURCE = """
+import torch
+def helper(t):
+    return t * {helper_factor}
+def make(c):
+    def fn(x, y):
+        return (helper(x).sin() * y * c).sum(), x.cos() + {body_const}
+    return fn
+"""
+
+
+def _program(helper_factor=2, body_const=1, c=3.0):
+    namespace: dict = {}
+    exec(compile(SOURCE.format(helper_factor=helper_factor, body_const=body_const), "<cache test>", "exec"), namespace)
+    return namespace["make"](c)
+
+
+def test_changed_code_closure_or_global_retraces(tmp_path, debug_log):
+    variants = [_program(), _program(body_const=2), _program(c=4.0), _program(helper_factor=5)]
+    for k, fn in enumerate(variants):
+        debug_log.clear()
+        out = _call(aotgrad.aot_function(fn, compilers.nop, cache=tmp_path))
+        assert _loads(debug_log) == 0, f"variant {k} loaded another variant's entry"
+        torch.testing.assert_close(out, _call(fn), rtol=0, atol=0)
+    assert len(entries(tmp_path)) == len(variants)
+    debug_log.clear()
+    _call(aotgrad.aot_function(_program(c=4.0), compilers.nop, cache=tmp_path))
+    assert _loads(debug_log) == 1
+
+
+def test_captured_tensor_is_keyed_by_value(tmp_path, debug_log):
+    def make(w):
+        return lambda x, y: ((x @ w).sin().sum() * y.sum(), x.cos())
+
+    for scale in (1.0, 2.0):
+        fn = make(torch.ones(3, 3) * scale)
+        debug_log.clear()
+        out = _call(aotgrad.aot_function(fn, compilers.nop, cache=tmp_path))
+        assert _loads(debug_log) == 0
+        torch.testing.assert_close(out, _call(fn), rtol=0, atol=0)
+
+
+def test_module_parameters_are_not_in_the_key(tmp_path, debug_log):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.ReLU())
+    x = torch.randn(5, 3)
+    aotgrad.aot_module(model, compilers.nop, cache=tmp_path)(x).sum().backward()
+    other = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.ReLU())  # other values
+    reference = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.ReLU())
+    reference.load_state_dict(other.state_dict())
+    debug_log.clear()
+    out = aotgrad.aot_module(other, compilers.nop, cache=tmp_path)(x)
+    assert _loads(debug_log) == 1
+    torch.testing.assert_close(out, reference(x), rtol=0, atol=0)
+    torch.testing.assert_close(other[1].running_mean, reference[1].running_mean, rtol=0, atol=0)
+    other.eval()
+    debug_log.clear()
+    aotgrad.aot_module(other, compilers.nop, cache=tmp_path)(x)
+    assert _loads(debug_log) == 0  # the training flag is in the key
+
+
+def test_disabled_by_argument_and_environment(tmp_path, monkeypatch):
+    fn = _compiled_sin_mul()
+    _call(aotgrad.aot_function(fn, compilers.nop, cache=False))
+    monkeypatch.setenv("AOTGRAD_CACHE_DIR", str(tmp_path / "env"))
+    monkeypatch.setenv("AOTGRAD_CACHE", "0")
+    _call(aotgrad.aot_function(fn, compilers.nop))
+    assert not entries(tmp_path)
+    monkeypatch.delenv("AOTGRAD_CACHE")
+    _call(aotgrad.aot_function(fn, compilers.nop))
+    assert len(entries(tmp_path / "env")) == 1
+    assert cache.cache_location(None) == tmp_path / "env"
+    monkeypatch.delenv("AOTGRAD_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache.cache_location(None) == tmp_path / "xdg" / "aotgrad"
+    assert cache.cache_location(tmp_path / "arg") == tmp_path / "arg"
+
+
+def test_effects_at_trace_time_are_not_cached(tmp_path, debug_log):
+    seen = []
+
+    def prints(x):
+        print("tracing")
+        return x * 2
+
+    def appends(x):
+        seen.append(1)
+        return x * 2
+
+    class Counter:
+        n = 0
+
+    def sets(x):
+        Counter.n = Counter.n + 1
+        return x * 2
+
+    for fn in (prints, appends, sets):
+        debug_log.clear()
+        aotgrad.aot_function(fn, compilers.nop, cache=tmp_path)(torch.ones(2))
+        assert any(f"not caching {fn.__name__}" in r.getMessage() for r in debug_log.records), fn.__name__
+    assert not entries(tmp_path)
+
+
+def test_user_compilers_are_not_cached(tmp_path):
+    def my_compiler(gm, example_inputs):
+        return gm
+
+    _call(aotgrad.aot_function(_compiled_sin_mul(), my_compiler, cache=tmp_path))
+    assert not entries(tmp_path)
