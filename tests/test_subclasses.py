@@ -231,3 +231,7 @@ def test_dtensor_with_other_placements_compiles_a_new_entry(one_rank_mesh):
 
     leaves, spec = flatten_call((x,), {})  # x is Shard(0); entries[0], the newest, is Replicate's
     assert "structure" in cf.entries[0].guard.failure(leaves, spec)
+    # the recompile reason names the subclass check, with both placements
+    (reason,) = cf.recompile_reasons
+    assert reason.mismatches[0].kind == "subclass"
+    assert "Shard" in reason.mismatches[0].old and "Replicate" in reason.mismatches[0].new

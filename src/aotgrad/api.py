@@ -26,6 +26,7 @@ def aot_function(
     *,
     dynamic: bool = False,
     cache: str | os.PathLike | bool | None = None,
+    recompile_warn_limit: int = 8,
 ) -> AotFunction:
     """Capture ``fn``'s forward and backward ahead of time and compile them.
 
@@ -58,10 +59,14 @@ def aot_function(
     "The compile cache"). None (default): ``$AOTGRAD_CACHE_DIR``, else
     ``$XDG_CACHE_HOME/aotgrad`` or ``~/.cache/aotgrad``, off when ``AOTGRAD_CACHE=0``;
     False: off; a path: that directory.
+
+    Each recompile's reason (which guard failed, the entry's value and the call's) is logged
+    at INFO and kept in the returned function's ``recompile_reasons``; past
+    ``recompile_warn_limit`` recompiles a warning is issued, once.
     """
     config = AotConfig(
         fw_compiler, bw_compiler, partition_fn, decompositions,
         keep_inference_input_mutations, inference_compiler, dynamic, num_params_buffers=num_params_buffers,
-        cache=cache,
+        cache=cache, recompile_warn_limit=recompile_warn_limit,
     )
     return AotFunction(fn, config)

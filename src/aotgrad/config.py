@@ -45,6 +45,9 @@ class AotConfig:
     #: environment (``AOTGRAD_CACHE_DIR``, ``AOTGRAD_CACHE=0``), False disables it, a path
     #: moves it
     cache: str | os.PathLike | bool | None = None
+    #: warn (once per compiled function) when it has recompiled more than this many times:
+    #: calls keep missing its entries, each a full trace (see ``recompile_reasons``)
+    recompile_warn_limit: int = 8
 
     def __post_init__(self) -> None:
         if not callable(self.fw_compiler):

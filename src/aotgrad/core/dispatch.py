@@ -3,22 +3,57 @@
 A call flattens its arguments (skipped for the common positional-only call), asks the most
 recently used entry's guard whether it may be reused, then the others, and compiles a new
 entry on a miss. A hit re-traces nothing.
+
+A miss (after the first compile) is explained: each entry's :class:`~aotgrad.core.frontend.GuardMismatch`
+goes into a :class:`RecompileReason` in ``AotFunction.recompile_reasons``, logged at INFO, and
+a function that recompiles more than ``AotConfig.recompile_warn_limit`` times warns once.
+Every new entry is also handed to the functions in :data:`compile_listeners` (what
+``aotgrad.explain`` and ``python -m aotgrad explain`` use to see compiles they did not start).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ..config import AotConfig
-from .frontend import MISS, flatten_call
+from .frontend import MISS, GuardMismatch, flatten_call
 from .pipeline import CompiledEntry, compile_entry
 
-__all__ = ["AotFunction"]
+__all__ = ["AotFunction", "RecompileReason", "compile_listeners"]
 
 log = logging.getLogger("aotgrad")
+
+#: called as ``listener(aot_function, entry)`` after each new entry of any AotFunction is
+#: compiled (append to observe compiles, remove when done; a listener must not raise)
+compile_listeners: list[Callable[[AotFunction, CompiledEntry], None]] = []
+
+
+@dataclass(frozen=True)
+class RecompileReason:
+    """Why one call compiled a new entry: it missed every existing entry.
+
+    ``number``: which recompile this was (1 for the function's second entry).
+    ``mismatches``: for each entry there was, newest first, the first of its guard's checks
+    the call failed (kind, the entry's value, the call's value).
+    """
+
+    number: int
+    mismatches: tuple[GuardMismatch, ...]
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The failed check of each entry (``"shape"``, ``"grad_mode"``, ...), newest first."""
+        return tuple(m.kind for m in self.mismatches)
+
+    def __str__(self) -> str:
+        return f"recompile {self.number}: " + "; ".join(
+            f"entry {k}: {m}" for k, m in enumerate(self.mismatches)
+        )
 
 
 def _always_miss(args: tuple) -> Any:
@@ -28,14 +63,18 @@ def _always_miss(args: tuple) -> Any:
 class AotFunction:
     """``fn`` compiled ahead of time; call it as you would call ``fn``.
 
-    ``entries`` lists the compiled specialisations (see :class:`~aotgrad.core.pipeline.CompiledEntry`:
-    its ``metadata``, ``graphs`` and ``guard`` show what was captured).
+    ``entries`` lists the compiled specialisations, newest first (see
+    :class:`~aotgrad.core.pipeline.CompiledEntry`: its ``metadata``, ``graphs`` and ``guard``
+    show what was captured); ``recompile_reasons`` says, for each entry after the first,
+    why the call that compiled it missed the others (:class:`RecompileReason`).
     """
 
     def __init__(self, fn: Callable, config: AotConfig) -> None:
         self.fn = fn
         self.config = config
         self.entries: list[CompiledEntry] = []
+        self.recompile_reasons: list[RecompileReason] = []
+        self._warned_recompiles = False
         #: fused guard-and-run closures of the flat entries, newest first
         self._flat: list[Callable[[tuple], Any]] = []
         #: the positional-only fast path: the outputs, or MISS (see _update_fast)
@@ -55,18 +94,36 @@ class AotFunction:
         for entry in self.entries:
             if entry.guard.check_leaves(leaves, spec):
                 return entry(leaves)
-        if self.entries and log.isEnabledFor(logging.INFO):
-            log.info(
-                "aotgrad: recompiling %s (entry %d): %s", getattr(self.fn, "__name__", self.fn), len(self.entries),
-                "; ".join(f"entry {k}: {entry.guard.failure(leaves, spec)}" for k, entry in enumerate(self.entries)),
-            )
+        if self.entries:
+            self._note_recompile(leaves, spec)
         entry = compile_entry(self.fn, leaves, spec, self.config)
         self.entries.insert(0, entry)
+        for listener in tuple(compile_listeners):
+            listener(self, entry)
         fast = entry.guard.fast_call(entry.run_flat)
         if fast is not None:
             self._flat.insert(0, fast)
             self._update_fast()
         return entry(leaves)
+
+    def _note_recompile(self, leaves: list, spec: Any) -> None:
+        """Record (and log) why this call missed every entry; warn once past the limit."""
+        reason = RecompileReason(
+            len(self.recompile_reasons) + 1,
+            tuple(entry.guard.mismatch(leaves, spec) for entry in self.entries),
+        )
+        self.recompile_reasons.append(reason)
+        name = getattr(self.fn, "__name__", self.fn)
+        log.info("aotgrad: recompiling %s: %s", name, reason)
+        limit = self.config.recompile_warn_limit
+        if reason.number > limit and not self._warned_recompiles:
+            self._warned_recompiles = True
+            message = (
+                f"aotgrad: {name} has recompiled {reason.number} times (recompile_warn_limit={limit}); "
+                f"each recompile traces the program again. Last reason: {reason.mismatches[0]}. "
+                f"See its .recompile_reasons; dynamic=True serves many sizes with one entry."
+            )
+            warnings.warn(message, RuntimeWarning, stacklevel=4)
 
     def _update_fast(self) -> None:
         """One flat entry: its closure is the fast path itself (one Python call per hit).

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import operator
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,13 +20,14 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 from torch._C._dynamo.guards import TensorGuards
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from ..errors import AotgradCompileError
 from .metadata import ViewAndMutationMetadata
-from .subclasses import structure_check
+from .subclasses import TensorStructure, structure_check
 from .symbolic import ShapeGuard, is_symbolic
 
-__all__ = ["MISS", "EntryGuard", "InputLayout", "flatten_call", "layout_for", "storage_groups"]
+__all__ = ["MISS", "EntryGuard", "GuardMismatch", "InputLayout", "flatten_call", "layout_for", "storage_groups"]
 
 #: what a fast call (:meth:`EntryGuard.fast_call`) returns when its guard does not hold
 MISS = object()
@@ -198,6 +200,56 @@ def layout_for(leaves: list[Any], spec: pytree.TreeSpec, symint_positions: froze
     )
 
 
+@dataclass(frozen=True)
+class GuardMismatch:
+    """Why a call may not reuse a compiled entry: the first check of its guard that fails.
+
+    ``kind`` names the check: ``"grad_mode"``, ``"structure"`` (pytree spec), ``"constant"``
+    (a non-tensor argument's value or type), ``"symint"`` (an int graph input's type),
+    ``"tensor_count"``, ``"shape"``, ``"stride"``, ``"dtype"``, ``"device"``,
+    ``"requires_grad"``, ``"type"`` (a tensor's class), ``"not_a_tensor"``, ``"tensor"`` (another per-tensor check of
+    dynamo's ``TensorGuards``), ``"duplicates"`` (which arguments are the same tensor),
+    ``"shape_guard"`` (a symbolic entry's size guard), ``"subclass"`` (a tensor subclass's
+    flatten structure), ``"leafness"`` (of a mutated input), ``"storage"`` (which inputs
+    share storage) and ``"aliasing"`` (where merged inputs sit in their storage). ``what``
+    names the argument or guard, ``old`` is what the entry was compiled for and ``new``
+    what this call has (both as text).
+    """
+
+    kind: str
+    what: str
+    old: str
+    new: str
+
+    def __str__(self) -> str:
+        return f"{self.what}: {self.kind} was {self.old}, now {self.new}"
+
+
+def _dims(dims: tuple[int | None, ...]) -> str:
+    return "(" + ", ".join("s" if d is None else str(d) for d in dims) + ("," if len(dims) == 1 else "") + ")"
+
+
+def _structure_texts(old: TensorStructure, new: Any) -> tuple[str, str]:
+    """The part of two tensor-subclass structures that differs, as (old, new) text."""
+    if not isinstance(new, TensorStructure) or old.cls is not new.cls:
+        return _short(repr(old)), _short(repr(new))
+    if old.ctx != new.ctx:
+        return f"flatten context {_short(repr(old.ctx), 240)}", f"flatten context {_short(repr(new.ctx), 240)}"
+    return _short(repr(old.inner), 240), _short(repr(new.inner), 240)
+
+
+def _short(text: str, limit: int = 160) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _tensor_summary(t: torch.Tensor, sizes: list[int | None], strides: list[int | None]) -> dict[str, Any]:
+    """What the guard checks of one tensor, as values to print (None: a symbolic size)."""
+    return {
+        "type": type(t).__name__, "shape": tuple(sizes), "stride": tuple(strides), "dtype": t.dtype, "device": t.device,
+        "requires_grad": t.requires_grad,
+    }
+
+
 class EntryGuard:
     """Decides whether a call may reuse a compiled entry.
 
@@ -238,6 +290,14 @@ class EntryGuard:
             dynamic_dims_sizes=[sizes for sizes, _ in symbolic_sizes],
             dynamic_dims_strides=[strides for _, strides in symbolic_sizes],
         )
+        # Read only to explain a miss (mismatch): the compile-time values of what is checked.
+        self._tensor_summaries = tuple(
+            _tensor_summary(t, sizes, strides) for t, (sizes, strides) in zip(guarded, symbolic_sizes, strict=True)
+        )
+        self._input_sizes = tuple(tuple(t.size()) for t in guarded)
+        self._subclass_structures = {
+            k: TensorStructure.of(t) for k, t in enumerate(guarded) if is_traceable_wrapper_subclass(t)
+        }
         self.shape_guard = shape_guard
         self._constant_keys = tuple((pos, _constant_key(v)) for pos, v in layout.constants)
         self._duplicate_pairs = tuple(
@@ -406,39 +466,148 @@ class EntryGuard:
         layout = self.layout
         if torch.is_grad_enabled() is not self.grad_enabled or spec != layout.in_spec:
             return False
-        return self.failure(leaves, spec) is None
-
-    def failure(self, leaves: list[Any], spec: pytree.TreeSpec) -> str | None:
-        """Why a call with these flattened leaves and spec may not reuse the entry (the
-        first check that fails, in words), or None when it may."""
-        layout = self.layout
-        if torch.is_grad_enabled() is not self.grad_enabled:
-            return f"grad mode is {torch.is_grad_enabled()}, the entry's {self.grad_enabled}"
-        if spec != layout.in_spec:
-            return "the arguments' structure (pytree spec) differs"
+        # The same checks as mismatch(), without building any explanation.
         for pos, key in self._constant_keys:
             if _constant_key(leaves[pos]) != key:
-                return f"non-tensor argument (leaf {pos}) is {leaves[pos]!r}, the entry's {key[1]!r}"
+                return False
         for pos in layout.symint_positions:
             if type(leaves[pos]) is not int:
-                return f"leaf {pos} is a {type(leaves[pos]).__name__}, the entry's an int"
+                return False
         tensors = layout.tensors_of(leaves)
         guarded = tensors if self._pick_distinct is None else self._pick_distinct(tensors)
         try:
             if not self._tensor_guards.check(*guarded):
-                names = [f"argument leaf {layout.tensor_positions[k]}" for k in layout.distinct_tensors]
-                return str(self._tensor_guards.check_verbose(*guarded, tensor_check_names=names))
+                return False
         except TypeError:
-            return "the number of tensor arguments differs"
+            return False
+        if self.shape_guard is not None and not self.shape_guard.check(*layout.call_inputs_of(leaves)):
+            return False
+        if self._subclass_check is not None and not self._subclass_check(guarded):
+            return False
+        return not self._has_relations or self._relations(tensors)
+
+    def failure(self, leaves: list[Any], spec: pytree.TreeSpec) -> str | None:
+        """Why a call with these flattened leaves and spec may not reuse the entry (the
+        first check that fails, in words), or None when it may."""
+        mismatch = self.mismatch(leaves, spec)
+        return None if mismatch is None else str(mismatch)
+
+    def mismatch(self, leaves: list[Any], spec: pytree.TreeSpec) -> GuardMismatch | None:
+        """The first check a call with these flattened leaves and spec fails, with the
+        entry's value and the call's, or None when the call may reuse the entry. Runs only
+        on a miss: it does each check again, slowly, to say which one failed."""
+        layout = self.layout
+        if torch.is_grad_enabled() is not self.grad_enabled:
+            return GuardMismatch("grad_mode", "grad mode", str(self.grad_enabled), str(torch.is_grad_enabled()))
+        if spec != layout.in_spec:
+            return GuardMismatch(
+                "structure", "the arguments' structure (pytree spec)", _short(str(layout.in_spec)), _short(str(spec))
+            )
+        for pos, key in self._constant_keys:
+            if _constant_key(leaves[pos]) != key:
+                new = leaves[pos]
+                old_text, new_text = repr(key[1]), repr(new)
+                if old_text == new_text or type(new) is not key[0]:
+                    old_text, new_text = f"{old_text} ({key[0].__name__})", f"{new_text} ({type(new).__name__})"
+                return GuardMismatch("constant", f"non-tensor argument leaf {pos}", old_text, new_text)
+        for pos in layout.symint_positions:
+            if type(leaves[pos]) is not int:
+                return GuardMismatch("symint", f"argument leaf {pos}", "an int", f"a {type(leaves[pos]).__name__}")
+        tensors = layout.tensors_of(leaves)
+        if len(tensors) != len(layout.tensor_positions):
+            return GuardMismatch(
+                "tensor_count", "the number of tensor arguments", str(len(layout.tensor_positions)), str(len(tensors))
+            )
+        guarded = tensors if self._pick_distinct is None else self._pick_distinct(tensors)
+        names = [f"argument leaf {layout.tensor_positions[k]}" for k in layout.distinct_tensors]
+        try:
+            passed = self._tensor_guards.check(*guarded)
+        except TypeError:
+            passed = False
+        if not passed:
+            return self._tensor_mismatch(guarded, names)
         if self.shape_guard is not None:
             call_inputs = layout.call_inputs_of(leaves)
             if not self.shape_guard.check(*call_inputs):
-                return f"shape guard failed: {self.shape_guard.failure(call_inputs)}"
+                failed = self.shape_guard.failure(call_inputs)
+                return GuardMismatch(
+                    "shape_guard", f"shape guard failed: {failed}",
+                    self._sizes_text(failed, self._input_sizes), self._sizes_text(failed, call_inputs),
+                )
         if self._subclass_check is not None and not self._subclass_check(guarded):
-            return "a tensor-subclass input's structure (type, flatten context or inner tensors) differs"
-        if self._has_relations and not self._relations(tensors):
-            return "leafness, identity or storage sharing of the inputs differs"
-        return None
+            for k, old in self._subclass_structures.items():
+                new = TensorStructure.of(guarded[k]) if isinstance(guarded[k], torch.Tensor) else guarded[k]
+                if new != old:
+                    return GuardMismatch(
+                        "subclass", f"tensor-subclass {names[k]} (flatten structure)", *_structure_texts(old, new)
+                    )
+        return self._relations_mismatch(tensors)
+
+    def _tensor_mismatch(self, guarded: list[Any], names: list[str]) -> GuardMismatch:
+        """What dynamo's ``TensorGuards`` rejected, with the entry's and the call's values."""
+        for k, t in enumerate(guarded):
+            if not isinstance(t, torch.Tensor):
+                return GuardMismatch("not_a_tensor", names[k], "a tensor", f"a {type(t).__name__}")
+            old = self._tensor_summaries[k]
+            new = _tensor_summary(t, list(t.size()), list(t.stride()))
+            for what in ("type", "dtype", "device", "requires_grad"):
+                if old[what] != new[what]:
+                    return GuardMismatch(what, names[k], str(old[what]), str(new[what]))
+            for what in ("shape", "stride"):
+                # a symbolic (None) dim is checked by the shape guard, not here
+                if len(old[what]) != len(new[what]) or any(
+                    o is not None and o != n for o, n in zip(old[what], new[what])
+                ):
+                    return GuardMismatch(what, names[k], _dims(old[what]), _dims(new[what]))
+        for k, t in enumerate(guarded):
+            if any(t is other for other in guarded[:k]):
+                j = next(j for j, other in enumerate(guarded[:k]) if t is other)
+                return GuardMismatch(
+                    "duplicates", f"{names[j]} and {names[k]}", "distinct tensors", "the same tensor"
+                )
+        text = str(self._tensor_guards.check_verbose(*guarded, tensor_check_names=names))
+        return GuardMismatch("tensor", "a tensor argument", "as compiled", text)
+
+    @staticmethod
+    def _sizes_text(guard: str | None, inputs: Any) -> str:
+        """The sizes (or int values) of the graph inputs ``t<k>`` that ``guard`` reads."""
+        ks = sorted({int(k) for k in re.findall(r"\bt(\d+)\b", guard or "")})
+        parts = []
+        for k in ks:
+            x = inputs[k] if k < len(inputs) else None
+            parts.append(f"t{k}={tuple(x.size()) if isinstance(x, torch.Tensor) else x!r}")
+        return ", ".join(parts) or "-"
+
+    def _relations_mismatch(self, tensors: list[Any]) -> GuardMismatch | None:
+        """Which relation between the inputs (leafness, identity, storage, synthetic-base
+        layout) differs from the entry's, or None when they all hold."""
+        if not self._has_relations or self._relations(tensors):
+            return None
+        names = [f"argument leaf {p}" for p in self.layout.tensor_positions]
+        for k, (leaf, base_leaf) in self._leafness:
+            now = leaf_state(tensors[k])
+            if now != (leaf, base_leaf):
+                return GuardMismatch(
+                    "leafness", f"mutated input {names[k]} (is a leaf, is a view of a leaf)",
+                    str((leaf, base_leaf)), str(now),
+                )
+        for a, b in self._duplicate_pairs:
+            if tensors[a] is not tensors[b]:
+                return GuardMismatch("duplicates", f"{names[a]} and {names[b]}", "the same tensor", "distinct tensors")
+        if self._storage_groups is not None:
+            groups = storage_groups(tensors)
+            if groups != self._storage_groups:
+                return GuardMismatch(
+                    "storage", "storage sharing (for each tensor argument, the first one sharing its storage)",
+                    str(self._storage_groups), str(groups),
+                )
+        distinct = tensors if self._pick_distinct is None else self._pick_distinct(tensors)
+        if self._aliasing_check is not None and not self._aliasing_check(distinct):
+            return GuardMismatch(
+                "aliasing", "aliased inputs merged into a synthetic base",
+                "their compile-time offsets and base", "another offset or base",
+            )
+        return GuardMismatch("relations", "leafness, identity or storage sharing of the inputs", "as compiled", "different")
 
     def describe(self) -> str:
         return (

@@ -7,11 +7,12 @@ only sequences them and keeps what a user may want to look at in :class:`Compile
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import operator
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -60,6 +61,10 @@ class CompiledEntry:
     compile_seconds: float = 0.0
     #: why sizes asked to be symbolic were traced static (None: they were not, or none were asked)
     static_reason: str | None = None
+    #: seconds spent in each stage of this compile, in the order run: "analysis", "tracing",
+    #: "partition", "compile forward" / "compile backward" / "compile inference" (the user's
+    #: compilers); a stage that did not run (a graph loaded from the cache) is absent
+    stage_seconds: dict[str, float] = field(default_factory=dict)
 
     def __call__(self, leaves: list[Any]) -> Any:
         return self.runtime.run(self.layout.call_inputs_of(leaves))
@@ -126,6 +131,18 @@ class _AnalyzedCall:
     graph_inputs: list[torch.Tensor]
     fake_inputs: list[torch.Tensor]
     fake_mode: FakeTensorMode
+    #: seconds per stage so far (CompiledEntry.stage_seconds), filled as the stages run
+    times: dict[str, float] = field(default_factory=dict)
+
+
+@contextlib.contextmanager
+def _stage(times: dict[str, float], name: str) -> Iterator[None]:
+    """Add the time spent in the block to ``times[name]``."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        times[name] = times.get(name, 0.0) + time.perf_counter() - start
 
 
 class _NeedsStaticTrace(Exception):
@@ -159,6 +176,16 @@ def _fake_call(layout: InputLayout, call_inputs: list[Any], symbolic: SymbolicLe
         else:
             ints.append((call_inputs[layout.num_distinct + k], None))
     return fake_graph_inputs(call_inputs[: layout.num_distinct], dims, ints, fake_mode, symbolic.duck)
+
+
+def _analyze_timed(
+    fn: Callable, layout: InputLayout, call_inputs: list[Any], grad_enabled: bool, symbolic: SymbolicLeaves | None
+) -> _AnalyzedCall:
+    """:func:`_analyze_call`, its time recorded as the "analysis" stage."""
+    start = time.perf_counter()
+    call = _analyze_call(fn, layout, call_inputs, grad_enabled, symbolic)
+    call.times["analysis"] = time.perf_counter() - start
+    return call
 
 
 def _analyze_call(
@@ -268,15 +295,17 @@ def _compile_training(
     joint_signature = call.analysis.signature
     num_fwd_outputs = joint_signature.num_forward_outputs
     if stored is None:
-        joint = trace_joint(
-            call.program, call.analysis, call.fake_inputs, call.fake_mode, config.trace_decompositions,
-            grad_enabled=grad_enabled,
-        )
+        with _stage(call.times, "tracing"):
+            joint = trace_joint(
+                call.program, call.analysis, call.fake_inputs, call.fake_mode, config.trace_decompositions,
+                grad_enabled=grad_enabled,
+            )
         joint_gm, primals = joint.graph, joint.primals
-        tag_forward_nodes(joint_gm, num_fwd_outputs)
-        fw_module, bw_module = config.partition_fn(
-            joint_gm, [joint.primals, joint.tangents], num_fwd_outputs=num_fwd_outputs
-        )
+        with _stage(call.times, "partition"):
+            tag_forward_nodes(joint_gm, num_fwd_outputs)
+            fw_module, bw_module = config.partition_fn(
+                joint_gm, [joint.primals, joint.tangents], num_fwd_outputs=num_fwd_outputs
+            )
     else:
         # the joint graph is decoded when someone looks at it (_CachedEntry)
         joint_gm, fw_module, bw_module = None, stored.graphs["forward"], stored.graphs["backward"]
@@ -293,10 +322,12 @@ def _compile_training(
         for k, node in enumerate(saved_tensors)
         if node in placeholders and placeholders.index(node) in data_mutated
     )
-    fw_compiled, _ = _compile_graph("forward", config.fw_compiler, fw_module, list(primals), call.fake_mode)
+    with _stage(call.times, "compile forward"):
+        fw_compiled, _ = _compile_graph("forward", config.fw_compiler, fw_module, list(primals), call.fake_mode)
     fw_callable = _detaching(fw_compiled, _view_outputs(fw_module, md, signature))
     bw_inputs = [n.meta.get("val") for n in bw_module.graph.find_nodes(op="placeholder")]
-    bw_callable, bw_boundary = _compile_graph("backward", config.bw_compiler, bw_module, bw_inputs, call.fake_mode)
+    with _stage(call.times, "compile backward"):
+        bw_callable, bw_boundary = _compile_graph("backward", config.bw_compiler, bw_module, bw_inputs, call.fake_mode)
     first_tangent = len(bw_inputs) - len(signature.tangents)
     avals = call.analysis.forward_output_avals
     backward = BackwardSpec(
@@ -340,14 +371,19 @@ def _compile_inference(
         if config.keep_inference_input_mutations and not md.input_info[i].mutates_metadata
     )
     signature = call.analysis.signature.without_mutations(kept)
-    gm = stored.graphs["inference"] if stored is not None else trace_inference(
-        call.program, call.analysis, call.fake_inputs, call.fake_mode, config.trace_decompositions,
-        signature, grad_enabled=grad_enabled,
-    )
+    if stored is not None:
+        gm = stored.graphs["inference"]
+    else:
+        with _stage(call.times, "tracing"):
+            gm = trace_inference(
+                call.program, call.analysis, call.fake_inputs, call.fake_mode, config.trace_decompositions,
+                signature, grad_enabled=grad_enabled,
+            )
     graphs["inference"] = gm
     with call.fake_mode:
         example = [t.detach() if isinstance(t, torch.Tensor) else t for t in call.fake_inputs]
-    compiled, _ = _compile_graph("inference", config.inference_compiler, gm, example, call.fake_mode)
+    with _stage(call.times, "compile inference"):
+        compiled, _ = _compile_graph("inference", config.inference_compiler, gm, example, call.fake_mode)
     fw_callable = _detaching(compiled, _view_outputs(gm, md, signature))
     return CompiledRuntime(md, signature, call.analysis.out_spec, positional(fw_callable), None, **_runtime_context(call))
 
@@ -414,7 +450,7 @@ def _compile_entry(
     grad_enabled = torch.is_grad_enabled()
     stored = None if store is None else store.load()
     if stored is None:
-        call = _analyze_call(fn, layout, call_inputs, grad_enabled, symbolic)
+        call = _analyze_timed(fn, layout, call_inputs, grad_enabled, symbolic)
     else:  # the analysis as stored; the fake inputs made as analysis makes them
         fake_call = _fake_call(layout, call_inputs, None, stored.fake_mode)
         program = layout.program_of(fn)
@@ -426,7 +462,7 @@ def _compile_entry(
     if stored is not None and not stored.fits(training):
         log.debug("aotgrad: ignoring cache entry %r: not a %s entry", store, "training" if training else "inference")
         stored = None
-        call = _analyze_call(fn, layout, call_inputs, grad_enabled, symbolic)
+        call = _analyze_timed(fn, layout, call_inputs, grad_enabled, symbolic)
         md = call.analysis.metadata
         training = records_autograd(md, grad_enabled) and any(
             isinstance(t, torch.Tensor) and t.requires_grad for t in call.graph_inputs
@@ -456,6 +492,7 @@ def _compile_entry(
     if stored is not None and training:
         entry._load_joint = stored.joint
     entry.compile_seconds = time.perf_counter() - start
+    entry.stage_seconds = call.times
     log.info("aotgrad: compiled %r", entry)
     log.debug("aotgrad: %r", entry.signature)
     return entry
