@@ -600,6 +600,18 @@ def saved_values(fw_module: fx.GraphModule, num_fwd_outputs: int) -> tuple[list[
     return tensors, symints
 
 
+def viewed_placeholder(node: fx.Node) -> fx.Node | None:
+    """The forward graph's placeholder that ``node`` is (or is a view of, through view ops
+    such as ``select``, ``t``, ``as_strided``), else None: a saved value the runtime's write
+    back of that input would change under backward's feet."""
+    while node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) and node.target.is_view:
+        source = node.args[0]
+        if not isinstance(source, fx.Node):
+            return None
+        node = source
+    return node if node.op == "placeholder" else None
+
+
 def grad_tangent_dependencies(bw_module: fx.GraphModule) -> tuple[frozenset[int], ...]:
     """For each output of the backward graph (a gradient), the tangents (by order) it reads,
     directly or not; a gradient that reads no tangent depends on none."""

@@ -49,7 +49,6 @@ KNOWN: dict[str, list[str]] = {
     # --- wrong metadata: aliasing, requires_grad, strides, grad layout
     "call.output._base": ["test_view_of_returned_detach_has_it_as_base"],
     "call.output.requires_grad": ["test_detach_then_inplace_with_grad_operands_requires_grad"],
-    "call.argN.requires_grad": ["test_detached_alias_input_requires_grad_after_inplace_with_grad_operand"],
     "backward: impl raised, eager did not: RuntimeError: element N of tensors does not require grad": ["test_no_grad_view_chain_blocks_gradient", "test_grad_mode_view_of_no_grad_view_of_intermediate_corrupts_input_grad", "test_detach_then_mul__by_input_requires_grad"],
     "call.output.stride": ["test_ones_like_of_expanded_narrow_strides", "test_inplace_add_on_intermediate_of_strided_input_keeps_strides"],
     "backward.baseN.grad.stride": ["test_t__on_noncontiguous_input_strides", "test_grad_strides_of_permuted_input_with_no_grad_metadata_mutation", "test_grad_strides_of_where_on_transposed_input"],
@@ -68,7 +67,6 @@ KNOWN: dict[str, list[str]] = {
     "call: impl raised, eager did not: RuntimeError: t() expects a tensor with": ["test_t_view_of_intermediate_replayed_after_unsqueeze_"],
     "call: impl raised, eager did not: AotgradCompileError: aotgrad could not trace": ["test_mutation_of_alias_after_as_strided__of_other_alias", "test_unneeded_backward_with_version_error_does_not_raise_at_call", "test_views_between_two_unsqueeze__of_intermediate", "test_backward_of_mutated_input_not_traced_unless_needed", "test_no_grad_inplace_through_as_strided_of_diagonal_input"],
     # --- raising where eager does not: detach() aliases of grad-requiring inputs treated as requiring grad
-    "call: impl raised, eager did not: RuntimeError: Can't detach views in-place": ["test_detach__of_detached_alias_after_mutation_of_other_alias"],
     # --- raising where eager does not: detach_() / in-place on leaves and their views
     "call: impl raised, eager did not: AotgradCompileError: aotgrad: input N is detached in place": ["test_detach__on_leaf_input", "test_detach__on_input_under_no_grad_call", "test_detach__on_leaf_input_then_used", "test_detach__on_non_leaf_input", "test_detach__then_view_of_leaf_input"],
     "call: impl raised, eager did not: RuntimeError: a leaf Variable that requires grad": ["test_detach__then_unsqueeze__of_leaf_input_with_unbind_views"],

@@ -1162,7 +1162,6 @@ def f(a, b):
     )
 
 
-@XFAIL("aotgrad raises 'Can't detach views in-place': the input a (x.detach(), not a view) is rebuilt as a view of the mutated alias")
 def test_detach__of_detached_alias_after_mutation_of_other_alias():
     """a = x.detach(), d = x; d.pow_(2), then a.detach_() under no_grad: a is no view in eager, so detach_ is legal."""
     check_case(
@@ -1429,7 +1428,6 @@ def f(a):
     )
 
 
-@XFAIL("after the call the input b still does not require grad (and is a leaf without grad_fn); in eager b.add_(a) makes it require grad")
 def test_detached_alias_input_requires_grad_after_inplace_with_grad_operand():
     """a = x (requires grad), b = x.detach(); b.add_(a): eager's b now requires grad and has a grad_fn (AddBackward0), as for an intermediate (test_detach_then_inplace_with_grad_operands_requires_grad)."""
     check_case(
@@ -1440,6 +1438,53 @@ def f(a, b):
 ''',
         inputs={'bases': [{'shape': [2], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 0, 'expr': 'x.detach()'}]},
         seed=0,
+    )
+
+
+def test_detached_alias_mutated_with_grad_operand_sibling_stays_leaf():
+    """b, c = x.detach() twice (neither requires grad), a = x.clone(); c.mul_(a): eager gives c a
+    grad_fn and leaves b a leaf (the synthetic base was taken off b, whose write back gave b
+    the grad_fn instead; seed 754)."""
+    check_case(
+        source='''
+def f(a, b, c):
+    c.mul_(a)
+    with torch.no_grad():
+        t0 = a.expand(2)
+    return t0, c, c + 1
+''',
+        inputs={'bases': [{'shape': [], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.clone()'}, {'kind': 'tensor', 'base': 0, 'expr': 'x.detach()'}, {'kind': 'tensor', 'base': 0, 'expr': 'x.detach()'}]},
+        seed=754,
+    )
+
+
+def test_detached_alias_mutated_with_grad_operand_then_t_():
+    """b = x.detach(), a = x (a leaf); b.add_(a) then b.t_(): b requires grad after the call,
+    with its new geometry, and a gradient through the caller's b reaches a (seed 575)."""
+    check_case(
+        source='''
+def f(a, b):
+    b.add_(a)
+    b.t_()
+    return a * 2, b.sum()
+''',
+        inputs={'bases': [{'shape': [2, 3], 'dtype': 'float64', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 0, 'expr': 'x.detach()'}]},
+        post=[(1, 'mul_(2)')],
+        seed=575,
+    )
+
+
+def test_detached_alias_of_non_leaf_mutated_through_view_with_grad_operand():
+    """c = a.detach() of a non-leaf a = x.clone() (requires grad); c[0].mul_(a[1]) through a view:
+    c gets a grad_fn, a keeps its own (seed 589's kind, through a select view)."""
+    check_case(
+        source='''
+def f(a, c):
+    c[0].mul_(a[1])
+    return c.view_as(c), a * 3
+''',
+        inputs={'bases': [{'shape': [2, 2], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.clone()'}, {'kind': 'tensor', 'base': 0, 'expr': 'x.clone().detach()'}]},
+        seed=589,
     )
 
 

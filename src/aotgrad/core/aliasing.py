@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 
 from ..errors import AotgradCompileError
 from .metadata import OutputType, ViewAndMutationMetadata
@@ -63,6 +64,11 @@ class SyntheticBase:
     #: per member, whether the caller's tensor requires grad (a detach()ed alias of a base
     #: that requires grad does not, and must not inside the graph either)
     member_requires_grad: tuple[bool, ...] = ()
+    #: without a common base, members that do not require grad are separate autograd
+    #: families (``detach()``ed aliases): their data mutations that eager's autograd records
+    #: (an in-place op with an operand that requires grad) give *them* a grad_fn, not the
+    #: base's source. These are those members (call-input indices).
+    separate_family_mutations: tuple[int, ...] = ()
 
     def make(self, call_inputs: list[torch.Tensor]) -> torch.Tensor:
         """The base for this call (the caller's real tensors)."""
@@ -116,13 +122,29 @@ class InputAliasing:
             (i, info[i].new_view) for b in self.bases for i in b.members if info[i].mutates_metadata
         )
 
+    @property
+    def separate_family_mutations(self) -> tuple[int, ...]:
+        """Call inputs whose own autograd history the runtime writes after the base: each
+        one's new value is one of the last ``len(...)`` flat outputs of
+        :meth:`wrap_program`'s program (in this order), which the user never sees."""
+        return tuple(i for b in self.bases for i in b.separate_family_mutations)
+
     def wrap_program(self, program: Callable, templates: dict[int, torch.Tensor]) -> Callable:
         """``program`` over the graph inputs: regenerate each merged member from its base.
         ``templates[i]``: a (fake) tensor per merged call input whose ``_view_func`` replays
-        its view chain."""
+        its view chain.
+
+        Without a common base, a member that does not require grad is taken off the base
+        through ``detach()``, as the caller's is: autograd then records none of its
+        mutations on the base (whose write back gives the source member a grad_fn only for
+        mutations of its own family). The program returns, after the user's outputs, each
+        :attr:`separate_family_mutations` member's new value in its original geometry,
+        with its autograd history, for the runtime to copy into the caller's tensor."""
         unmerged = self.unmerged
         bases = self.bases
         n = self.num_call_inputs
+        extras = self.separate_family_mutations
+        original = {m: view for b in bases for m, view in zip(b.members, b.member_views)}
 
         def program_over_bases(*graph_inputs: Any):
             call_inputs: list[Any] = [None] * n
@@ -136,8 +158,15 @@ class InputAliasing:
                         member = base
                     else:
                         member = base.as_strided(*view)
-                    call_inputs[m] = member.detach() if member.requires_grad and not rg else member
-            return program(*call_inputs)
+                    separate = not rg and (member.requires_grad or not b.common_base)
+                    call_inputs[m] = member.detach() if separate else member
+            members = {m: call_inputs[m] for m in extras}
+            leaves, spec = program(*call_inputs)
+            if not extras:
+                return leaves, spec
+            # a fresh tensor each (no alias of the base): the runtime copies it in
+            new_values = [torch.as_strided_copy(members[m], *original[m]) for m in extras]
+            return pytree.tree_flatten((pytree.tree_unflatten(leaves, spec), new_values))
 
         return program_over_bases
 
@@ -243,10 +272,16 @@ def plan_input_aliasing(
             common and not metadata.input_info[i].addresses_storage and _replayable(fake_inputs[i], fake_root, v)
             for i, v in zip(group, views)
         )
+        separate = () if common else tuple(
+            i for i in group
+            if not call_inputs[i].requires_grad
+            and metadata.input_info[i].mutates_data
+            and metadata.input_info[i].mutation_visible_to_autograd
+        )
         bases.append(
             SyntheticBase(
                 tuple(group), common, source, base_view, views, replay,
-                tuple(call_inputs[i].requires_grad for i in group),
+                tuple(call_inputs[i].requires_grad for i in group), separate,
             )
         )
         merged.update(group)
@@ -269,7 +304,9 @@ def outputs_on_call_inputs(
     """
     input_kinds = (OutputType.is_input, OutputType.alias_of_input)
     outputs = []
-    for o_base, o_call in zip(base_metadata.output_info, call_metadata.output_info, strict=True):
+    n_user = len(call_metadata.output_info)
+    # (the outputs past the user's are the separate families' new values: fresh tensors)
+    for o_base, o_call in zip(base_metadata.output_info[:n_user], call_metadata.output_info, strict=True):
         if o_base.output_type in input_kinds:
             if o_call.output_type not in input_kinds:
                 raise AotgradCompileError(
@@ -277,4 +314,5 @@ def outputs_on_call_inputs(
                 )
             o_base = dataclasses.replace(o_call, requires_grad=o_base.requires_grad)
         outputs.append(o_base)
+    outputs.extend(base_metadata.output_info[n_user:])
     return dataclasses.replace(base_metadata, output_info=tuple(outputs))

@@ -26,7 +26,7 @@ from ..compilers import positional
 from ..config import AotConfig
 from ..context import compiling
 from ..errors import AotgradCompileError
-from ..partition import grad_tangent_dependencies, saved_values, tag_forward_nodes
+from ..partition import grad_tangent_dependencies, saved_values, tag_forward_nodes, viewed_placeholder
 from .aliasing import InputAliasing, outputs_on_call_inputs, plan_input_aliasing
 from .analysis import Analysis, analyze, reject_inplace_on_leaves
 from .cache import EntryStore, StoredEntry
@@ -317,10 +317,12 @@ def _compile_training(
     signature.check_backward_graph(bw_module)
     placeholders = fw_module.graph.find_nodes(op="placeholder")
     data_mutated = set(md.data_mutated_input_indices)
+    # a saved input, or a view of one (made in the Function's forward, so under no_grad),
+    # that the write back mutates is saved as a copy: eager saved the value before the write
     to_clone = tuple(
         k
         for k, node in enumerate(saved_tensors)
-        if node in placeholders and placeholders.index(node) in data_mutated
+        if (p := viewed_placeholder(node)) is not None and placeholders.index(p) in data_mutated
     )
     with _stage(call.times, "compile forward"):
         fw_compiled, _ = _compile_graph("forward", config.fw_compiler, fw_module, list(primals), call.fake_mode)
@@ -413,6 +415,7 @@ def _runtime_context(call: _AnalyzedCall) -> dict:
     return {
         "graph_inputs_of": call.input_aliasing.graph_inputs,
         "member_metadata_writebacks": call.input_aliasing.member_metadata_writebacks(call.call_analysis.metadata),
+        "separate_family_mutations": call.input_aliasing.separate_family_mutations,
     }
 
 

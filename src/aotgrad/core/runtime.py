@@ -411,6 +411,7 @@ class CompiledRuntime:
         backward: BackwardSpec | None,
         graph_inputs_of: Callable[[Any], list] | None = None,
         member_metadata_writebacks: tuple[tuple[int, tuple], ...] = (),
+        separate_family_mutations: tuple[int, ...] = (),
         shape_env: ShapeEnv | None = None,
         records_under_no_grad: bool = False,
     ) -> None:
@@ -421,6 +422,15 @@ class CompiledRuntime:
         #: (call-input index, (size, stride, storage_offset)) of merged inputs whose
         #: metadata the program changes; applied to the caller's tensor after the call
         self.member_metadata_writebacks = member_metadata_writebacks
+        #: (call-input index, forward-output position of its new value) of merged inputs
+        #: whose own autograd records their data mutation (a detach()ed alias mutated with
+        #: an operand that requires grad): copied in with grad after the base's write back.
+        #: Their values are the program's last outputs, which the user never sees.
+        n_user = len(metadata.output_info)
+        self.separate_family_mutations = tuple(
+            (i, signature.user_output_positions[n_user - len(separate_family_mutations) + k])
+            for k, i in enumerate(separate_family_mutations)
+        )
         self.training = backward is not None
         #: what the autograd.Function's backward runs (None: inference)
         self.backward = backward
@@ -468,6 +478,7 @@ class CompiledRuntime:
         outputs = self.outputs
         graph_inputs_of = self.graph_inputs_of
         member_metadata = self.member_metadata_writebacks
+        separate_families = self.separate_family_mutations
         sizes_of = self.sizes_of
         if sizes_of is not None:
 
@@ -486,8 +497,18 @@ class CompiledRuntime:
                 graph_inputs = graph_inputs_of(call_inputs)
                 fw_outs = forward(*graph_inputs)
                 apply_writebacks(writebacks, fw_outs, graph_inputs)
+                if separate_families:
+                    prev = torch.is_grad_enabled()
+                    _set_grad_enabled(True)  # eager's autograd recorded these mutations
+                    try:
+                        for i, position in separate_families:
+                            call_inputs[i].copy_(fw_outs[position])
+                    finally:
+                        _set_grad_enabled(prev)
                 for i, new_view in member_metadata:
                     replay_metadata(call_inputs[i], new_view)
+                if separate_families:
+                    return outputs(fw_outs, call_inputs)[0]  # (user outputs, new values)
                 return outputs(fw_outs, call_inputs)
 
             return run_with_bases
