@@ -133,7 +133,7 @@ def test_export_rejects_what_a_graph_cannot_express():
         def forward(self, x):
             return (x * self.w).sum(), x * self.w
 
-    with pytest.raises(aotgrad.AotgradCompileError, match="output 1 requires grad but is not the loss"):
+    with pytest.raises(aotgrad.AotgradCompileError, match="requires gradients, that was not the loss: output 1"):
         aotgrad.aot_export_module(TwoGradOutputs(), (torch.randn(3),), trace_joint=True, output_loss_index=0)
 
     class Tied(nn.Module):
@@ -238,3 +238,44 @@ def test_torch_public_names_are_on_aotgrad(name):
 
     assert hasattr(torch_aot, name) or hasattr(torch_compilers, name), f"{name} is not a torch name"
     assert hasattr(aotgrad, name)
+
+
+class _ExportRefusal(nn.Module):
+    """A module whose forward does one thing export refuses, chosen by ``what``."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__()
+        self.what = what
+        self.w = nn.Parameter(torch.randn(3))
+
+    def forward(self, x, y=None):
+        if self.what == "param_mutation":
+            with torch.no_grad():
+                self.w.add_(1)
+        elif self.what == "metadata":
+            x.unsqueeze_(0)
+        elif self.what == "aliased_mutation":
+            x.add_(1)
+            return ((x + y) * self.w).sum(), y * 2
+        return ((x * self.w).sum(),)
+
+
+@pytest.mark.parametrize(
+    "what, args, phrase",
+    [
+        # torch's own wording leads each message, so code (and people) that grep for torch's
+        # errors recognise aotgrad's; aotgrad's explanation follows it
+        ("param_mutation", lambda: (torch.randn(3),), "Found a graph input that requires gradients, and received a mutation"),
+        ("metadata", lambda: (torch.randn(3),), "Found an input that received a metadata mutation"),
+        ("aliased_mutation", lambda: (lambda b: (b[0], b[1]))(torch.randn(2, 3)), "Encountered aliased inputs that are mutated"),
+    ],
+)
+def test_export_refusals_carry_torchs_wording(what, args, phrase):
+    x = args()
+    with pytest.raises(aotgrad.AotgradCompileError, match=phrase):
+        aotgrad.aot_export_module(_ExportRefusal(what), x, trace_joint=False)
+
+
+def test_export_joint_simple_refusals_carry_torchs_wording():
+    with pytest.raises(aotgrad.AotgradCompileError, match="requires individual inputs not to be pytrees"):
+        aotgrad.aot_export_joint_simple(lambda xs: (xs[0] + xs[1],), ([torch.randn(2), torch.randn(2)],), trace_joint=False)

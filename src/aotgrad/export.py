@@ -116,14 +116,16 @@ def _analyse_for_export(fn: Callable, args: tuple, kwargs: dict, grad_enabled: b
     md = analysis.metadata
     for i, info in enumerate(md.input_info):
         if info.mutates_metadata:
-            raise AotgradCompileError(f"{what}: input {i} has its metadata (size, stride) mutated in place; export cannot express that.")
+            raise AotgradCompileError(f"{what}: Found an input that received a metadata mutation: input {i} has its size/stride "
+                "changed in place; export cannot express that.")
         if info.mutates_data and call_inputs[i].requires_grad:
             raise AotgradCompileError(
-                f"{what}: input {i} requires grad and is mutated in place (a parameter?); export "
-                "cannot express that. Mutate a buffer, or a tensor that does not require grad."
+                f"{what}: Found a graph input that requires gradients, and received a mutation: input {i} "
+                "(a parameter?); export cannot express that. Mutate a buffer, or a tensor that does not require grad."
             )
     if plan_input_aliasing(call_inputs, fake_inputs, md) is not None:
-        raise AotgradCompileError(f"{what}: a mutated input aliases another input; export cannot express that.")
+        raise AotgradCompileError(f"{what}: Encountered aliased inputs that are mutated (a mutated input shares storage with "
+            "another input); export cannot express that.")
     # The graph returns every tensor output as it is (no runtime rebuilds aliases).
     user = tuple(j for j, o in enumerate(md.output_info) if o.output_type is not OutputType.non_tensor)
     signature = GraphSignature(len(md.input_info), md.mutated_input_indices, user, 0)
@@ -236,8 +238,8 @@ def _check_loss(md: Any, loss_index: int, n_outputs: int, what: str) -> None:
     for j, o in enumerate(md.output_info):
         if j != loss_index and o.requires_grad:
             raise AotgradCompileError(
-                f"{what}: output {j} requires grad but is not the loss (output {loss_index}); the "
-                "joint graph backpropagates the loss only. Detach the other outputs."
+                f"{what}: Found an output of the forward that requires gradients, that was not the loss: "
+                f"output {j} (the loss is output {loss_index}); the joint graph backpropagates the loss only. Detach the other outputs."
             )
     loss = md.output_info[loss_index]
     if loss.output_type is OutputType.non_tensor or not loss.requires_grad:
@@ -266,7 +268,8 @@ def aot_export_joint_simple(
     what = "aot_export_joint_simple"
     args = tuple(args)
     if not all(isinstance(a, torch.Tensor) for a in args):
-        raise AotgradCompileError(f"{what}: inputs must be a flat tuple of tensors (no pytrees, no constants).")
+        raise AotgradCompileError(f"{what} requires individual inputs not to be pytrees: inputs must be a flat tuple of "
+            "tensors (no pytrees, no constants).")
     with torch.set_grad_enabled(trace_joint):
         traced = _analyse_for_export(func, args, {}, trace_joint, what)
     md = traced.analysis.metadata
