@@ -26,6 +26,7 @@ from .core.dispatch import AotFunction
 from .core.metadata import InputInfo, OutputInfo, OutputType, ViewAndMutationMetadata
 from .core.signature import ForwardOutput, GraphSignature
 from .errors import AotgradCompileError
+from .explain import ExplainReport, explain
 from .export import (
     BackwardSignature,
     ExportGraphSignature,
@@ -45,6 +46,7 @@ __all__ = [
     "AotFunction",
     "AotgradCompileError",
     "BackwardSignature",
+    "ExplainReport",
     "ExportGraphSignature",
     "ForwardOutput",
     "GraphSignature",
@@ -63,6 +65,7 @@ __all__ = [
     "compilers",
     "default_decompositions",
     "default_partition",
+    "explain",
     "get_aot_compilation_context",
     "get_aot_graph_name",
     "get_graph_being_compiled",

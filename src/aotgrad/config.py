@@ -48,6 +48,10 @@ class AotConfig:
     #: warn (once per compiled function) when it has recompiled more than this many times:
     #: calls keep missing its entries, each a full trace (see ``recompile_reasons``)
     recompile_warn_limit: int = 8
+    #: tag each traced node with the user's source line that made it (node.meta, see
+    #: :mod:`aotgrad.core.provenance`): what ``aotgrad.explain`` shows; a frame walk per
+    #: torch call while tracing, so off unless something will look
+    record_source_lines: bool = False
 
     def __post_init__(self) -> None:
         if not callable(self.fw_compiler):

@@ -9,6 +9,7 @@ frame of torch.nn's layer code or of an fx graph's generated code. torch.nn's
 
 from __future__ import annotations
 
+import functools
 import linecache
 import os
 import traceback
@@ -21,6 +22,7 @@ __all__ = [
     "AotgradCompileError",
     "compile_error_from",
     "current_user_line",
+    "frame_rank",
     "note_user_line",
     "user_frame",
     "user_frame_of",
@@ -51,6 +53,13 @@ def _rank(filename: str) -> int:
     if f.startswith(_TORCH_NN_DIR):
         return 0 if f == _NN_MODULE_PLUMBING else 1
     return 0 if f.startswith(_TORCH_DIR) else 2
+
+
+@functools.lru_cache(maxsize=4096)
+def frame_rank(filename: str) -> int:
+    """:func:`_rank`, remembered per file name (read once per torch call while a trace
+    records source lines, :mod:`aotgrad.core.provenance`)."""
+    return _rank(filename)
 
 
 def _innermost_user_frame(frames: Iterable[traceback.FrameSummary]) -> traceback.FrameSummary | None:

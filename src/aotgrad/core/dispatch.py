@@ -13,6 +13,7 @@ Every new entry is also handed to the functions in :data:`compile_listeners` (wh
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import warnings
@@ -29,7 +30,9 @@ __all__ = ["AotFunction", "RecompileReason", "compile_listeners"]
 log = logging.getLogger("aotgrad")
 
 #: called as ``listener(aot_function, entry)`` after each new entry of any AotFunction is
-#: compiled (append to observe compiles, remove when done; a listener must not raise)
+#: compiled (append to observe compiles, remove when done; a listener must not raise).
+#: While any is registered, entries are traced afresh (not loaded from the persistent
+#: cache) with the user's source lines recorded on their nodes (``record_source_lines``).
 compile_listeners: list[Callable[[AotFunction, CompiledEntry], None]] = []
 
 
@@ -96,7 +99,11 @@ class AotFunction:
                 return entry(leaves)
         if self.entries:
             self._note_recompile(leaves, spec)
-        entry = compile_entry(self.fn, leaves, spec, self.config)
+        config = self.config
+        if compile_listeners:
+            # Someone will look inside: trace afresh (no cache) with source lines recorded.
+            config = dataclasses.replace(config, record_source_lines=True, cache=False)
+        entry = compile_entry(self.fn, leaves, spec, config)
         self.entries.insert(0, entry)
         for listener in tuple(compile_listeners):
             listener(self, entry)

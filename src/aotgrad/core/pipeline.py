@@ -33,6 +33,7 @@ from .cache import EntryStore, StoredEntry
 from .frontend import EntryGuard, InputLayout, layout_for
 from .higher_order import DifferentiableBackward
 from .metadata import OutputType, ViewAndMutationMetadata
+from .provenance import SourceMarks
 from .runtime import BackwardSpec, CompiledRuntime
 from .signature import GraphSignature, graph_outputs
 from .subclasses import SubclassBoundary, holds_subclass, subclass_boundary
@@ -143,6 +144,11 @@ def _stage(times: dict[str, float], name: str) -> Iterator[None]:
         yield
     finally:
         times[name] = times.get(name, 0.0) + time.perf_counter() - start
+
+
+def _source_marks(config: AotConfig) -> contextlib.AbstractContextManager:
+    """Tag the traced nodes with the user's source lines, where the config asks for it."""
+    return SourceMarks() if config.record_source_lines else contextlib.nullcontext()
 
 
 class _NeedsStaticTrace(Exception):
@@ -295,7 +301,7 @@ def _compile_training(
     joint_signature = call.analysis.signature
     num_fwd_outputs = joint_signature.num_forward_outputs
     if stored is None:
-        with _stage(call.times, "tracing"):
+        with _stage(call.times, "tracing"), _source_marks(config):
             joint = trace_joint(
                 call.program, call.analysis, call.fake_inputs, call.fake_mode, config.trace_decompositions,
                 grad_enabled=grad_enabled,
@@ -376,7 +382,7 @@ def _compile_inference(
     if stored is not None:
         gm = stored.graphs["inference"]
     else:
-        with _stage(call.times, "tracing"):
+        with _stage(call.times, "tracing"), _source_marks(config):
             gm = trace_inference(
                 call.program, call.analysis, call.fake_inputs, call.fake_mode, config.trace_decompositions,
                 signature, grad_enabled=grad_enabled,
