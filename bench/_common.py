@@ -22,6 +22,10 @@ if os.path.isdir(_SRC) and _SRC not in sys.path:
 
 import torch  # noqa: E402
 
+# aotgrad's persistent compile cache would turn a benchmark's repeated compiles into cache
+# hits (and fill the user's cache): off unless a benchmark turns it on for what it measures.
+os.environ.setdefault("AOTGRAD_CACHE", "0")
+
 NA = None  # a missing measurement; printed as "n/a"
 
 

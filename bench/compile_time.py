@@ -14,12 +14,26 @@ that parameters are ordinary graph inputs):
   resnet       3 ResNet basic blocks (conv3x3-BN-ReLU-conv3x3-BN + skip), 16 channels, 16x16
 
     python bench/compile_time.py [--json out.json] [--repeat 5] [--models mlp8,resnet]
+    python bench/compile_time.py --warm-start [--repeat 3] [--models ...]
+
+``--warm-start`` measures the start of a *second process* instead: a first process compiles
+every model (filling aotgrad's persistent cache, and for ``torch.compile`` with Inductor
+the FX graph cache and torch's AOTAutogradCache), then each repeat is a fresh process that
+times the first call + first backward of: ours warm (``aot_function``, nop, cache hit),
+ours cold (same, cache off), and under ``torch.compile`` with Inductor, ours warm
+(``aotgrad.backend(fw_compiler=aotgrad.compilers.inductor)``: our cache + FX graph cache)
+and torch warm (``backend="inductor"``: AOTAutogradCache + FX graph cache). Each process
+first pays one-time costs (imports, dispatcher, Inductor's workers) on a throwaway model.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 
 from _common import fmt, ours_aot_function, parse_args, print_table, ratio, write_json
@@ -90,12 +104,95 @@ def eager_seconds(model, x) -> float:
     return time.perf_counter() - t0
 
 
+def _first_call(fn, x) -> float:
+    t0 = time.perf_counter()
+    fn(x).sum().backward()
+    return time.perf_counter() - t0
+
+
+def warm_start_child(args) -> None:
+    """One process of ``--warm-start``: ``populate`` compiles everything once;
+    ``measure`` prints one JSON line of first-call times (seconds)."""
+    import aotgrad
+    from aotgrad import compilers as ours_compilers
+
+    ours_cache = os.path.join(args.cache_root, "aotgrad")
+    inductor_backend = aotgrad.backend(fw_compiler=ours_compilers.inductor, cache=ours_cache)
+    torch._dynamo.config.automatic_dynamic_shapes = False
+    # one-time process costs, on a throwaway model of its own
+    throwaway = nn.Sequential(nn.Linear(5, 5), nn.Tanh())
+    for backend in (inductor_backend, "inductor"):
+        torch._dynamo.reset()
+        _first_call(torch.compile(throwaway, backend=backend), torch.randn(2, 5))
+    f, values = functional(throwaway)
+    aotgrad.aot_function(f, ours_compilers.nop, cache=False)(*values, torch.randn(2, 5)).sum().backward()
+    times = {}
+    for name in args.models.split(","):
+        model, x = make_model(name)
+        f, values = functional(model)
+        row = times[name] = {}
+        row["ours warm"] = first_call_seconds(
+            lambda fn, c: aotgrad.aot_function(fn, c, cache=ours_cache), ours_compilers.nop, model, x)
+        if args.child == "measure":
+            row["ours cold"] = first_call_seconds(
+                lambda fn, c: aotgrad.aot_function(fn, c, cache=False), ours_compilers.nop, model, x)
+        for side, backend in (("ours inductor warm", inductor_backend), ("torch inductor warm", "inductor")):
+            torch._dynamo.reset()
+            model, x = make_model(name)
+            row[side] = _first_call(torch.compile(model, backend=backend), x)
+    print(json.dumps(times))
+
+
+def warm_start(args) -> None:
+    """The ``--warm-start`` table: a populating process, then ``--repeat`` measuring ones."""
+    root = tempfile.mkdtemp(prefix="bench_warm_start_")
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(root, "inductor"),
+               TORCHINDUCTOR_FX_GRAPH_CACHE="1", TORCHINDUCTOR_AUTOGRAD_CACHE="1")
+
+    def child(kind):
+        cmd = [sys.executable, __file__, "--child", kind, "--cache-root", root, "--models", args.models,
+               "--threads", str(args.threads)]
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    child("populate")
+    print("  populated the caches", file=sys.stderr)
+    runs = []
+    for k in range(args.repeat):
+        runs.append(child("measure"))
+        print(f"  measured process {k + 1}/{args.repeat}", file=sys.stderr)
+    sides = ["ours cold", "ours warm", "ours inductor warm", "torch inductor warm"]
+    results = []
+    for name in args.models.split(","):
+        med = {side: statistics.median(run[name][side] for run in runs) * 1e3 for side in sides}
+        results.append({"model": name, "ms": med,
+                        "all_ms": {side: [run[name][side] * 1e3 for run in runs] for side in sides}})
+    print(f"\nsecond process: first call + first backward, ms (median of {args.repeat} processes), "
+          f"torch.set_num_threads({args.threads})")
+    rows = [[r["model"], fmt(r["ms"]["ours cold"]), fmt(r["ms"]["ours warm"]),
+             fmt(ratio(r["ms"]["ours warm"], r["ms"]["ours cold"]), ".2f"),
+             fmt(r["ms"]["ours inductor warm"]), fmt(r["ms"]["torch inductor warm"]),
+             fmt(ratio(r["ms"]["ours inductor warm"], r["ms"]["torch inductor warm"]), ".2f")]
+            for r in results]
+    print_table(["model", "ours cold (nop)", "ours warm (nop)", "warm/cold",
+                 "ours warm (inductor)", "torch warm (inductor)", "ours/torch"], rows)
+    write_json(args.json, {"benchmark": "compile_time_warm_start", "unit": "ms", "repeat": args.repeat,
+                           "results": results})
+
+
 def main():
     def extra(p):
         p.add_argument("--repeat", type=int, default=5)
         p.add_argument("--models", default=",".join(MODELS))
+        p.add_argument("--warm-start", action="store_true", help="second-process rows (see the docstring)")
+        p.add_argument("--child", choices=["populate", "measure"], help=__import__("argparse").SUPPRESS)
+        p.add_argument("--cache-root", help=__import__("argparse").SUPPRESS)
 
     args = parse_args(__doc__.splitlines()[0], extra)
+    if args.child:
+        return warm_start_child(args)
+    if args.warm_start:
+        return warm_start(args)
     ours_fn, why = ours_aot_function()
     from aotgrad import compilers as ours_compilers
 

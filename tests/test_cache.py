@@ -241,3 +241,44 @@ def test_user_compilers_are_not_cached(tmp_path):
 
     _call(aotgrad.aot_function(_compiled_sin_mul(), my_compiler, cache=tmp_path))
     assert not entries(tmp_path)
+
+
+class _Affine(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+        self.scale = 2.0
+
+    def forward(self, x):
+        return self.lin(x).relu() * self.scale
+
+
+def test_user_module_class_is_cached_and_attributes_are_keyed(tmp_path, debug_log):
+    torch.manual_seed(0)
+    model = _Affine(3)
+    x = torch.randn(2, 3)
+    aotgrad.aot_module(model, compilers.nop, cache=tmp_path)(x)
+    assert len(entries(tmp_path)) == 1
+    debug_log.clear()
+    aotgrad.aot_module(model, compilers.nop, cache=tmp_path)(x)
+    assert _loads(debug_log) == 1
+    model.scale = 3.0  # baked into the graph at trace time: another key
+    debug_log.clear()
+    out = aotgrad.aot_module(model, compilers.nop, cache=tmp_path)(x)
+    assert _loads(debug_log) == 0
+    torch.testing.assert_close(out, model(x), rtol=0, atol=0)
+
+
+class _Caching(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x):
+        self.last = x.shape  # an effect at trace time
+        return self.lin(x)
+
+
+def test_module_forward_that_sets_attributes_is_not_cached(tmp_path):
+    aotgrad.aot_module(_Caching(), compilers.nop, cache=tmp_path)(torch.randn(2, 3))
+    assert not entries(tmp_path)

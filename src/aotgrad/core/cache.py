@@ -133,6 +133,13 @@ _MUTATING_METHODS = frozenset({
     "register_buffer", "register_parameter", "register_module", "add_module", "__setattr__", "__setitem__",
     "__delitem__", "write", "writelines",
 })
+#: methods that set an object up rather than run while it is traced: their attribute stores
+#: are no trace-time effect (still hashed: they decide what the object holds)
+_SETUP_METHODS = frozenset({
+    "__init__", "__new__", "__init_subclass__", "__post_init__", "__setstate__", "__getstate__", "__repr__",
+    "__str__", "extra_repr", "reset_parameters", "_reset_parameters", "_load_from_state_dict",
+    "_save_to_state_dict",
+})
 _PLAIN = (type(None), bool, int, float, complex, str, bytes)
 _TORCH_PLAIN = (torch.dtype, torch.device, torch.layout, torch.memory_format)
 
@@ -278,7 +285,7 @@ class Fingerprint:
 
     # -- code -------------------------------------------------------------------------
 
-    def _function(self, fn: types.FunctionType, where: str) -> None:
+    def _function(self, fn: types.FunctionType, where: str, check_effects: bool = True) -> None:
         swaps = getattr(fn, "_aotgrad_swaps_state_of", None)
         if swaps is not None and fn.__module__ == "aotgrad.module":
             # aot_module's functional forward: its code is aotgrad's, what it closes over
@@ -293,7 +300,7 @@ class Fingerprint:
             return
         where = f"{fn.__module__}.{fn.__qualname__}"
         self.token("code", fn.__name__, fn.__qualname__, fn.__module__)
-        self._code(fn.__code__, fn.__globals__, where)
+        self._code(fn.__code__, fn.__globals__, where, check_effects)
         self.add(fn.__defaults__, where)
         self.add(fn.__kwdefaults__, where)
         if fn.__dict__:
@@ -306,13 +313,13 @@ class Fingerprint:
             self.token("cell", name)
             self.add(value, f"{where}: closure variable {name}")
 
-    def _code(self, code: types.CodeType, globals_: dict, where: str) -> None:
+    def _code(self, code: types.CodeType, globals_: dict, where: str, check_effects: bool = True) -> None:
         self.token(
             code.co_code, code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars, code.co_flags,
             code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount, code.co_filename,
             code.co_firstlineno, code.co_qualname, code.co_linetable, code.co_exceptiontable,
         )
-        for ins in dis.get_instructions(code):
+        for ins in dis.get_instructions(code) if check_effects else ():
             if ins.opname in _IMPURE_OPS:
                 raise Uncacheable(f"{where}: {ins.opname} {ins.argval} (changes state outside the function)")
             if ins.opname in ("STORE_DEREF", "DELETE_DEREF") and ins.argval in code.co_freevars:
@@ -321,7 +328,7 @@ class Fingerprint:
                 raise Uncacheable(f"{where}: calls .{ins.argval}() (may change state outside the function)")
         for const in code.co_consts:
             if isinstance(const, types.CodeType):
-                self._code(const, globals_, where)
+                self._code(const, globals_, where, check_effects)
             else:
                 self.add(const, where)
         builtin_names = vars(builtins)
@@ -348,6 +355,12 @@ class Fingerprint:
             if isinstance(value, dict | list | set) and name not in ("__annotations__", "__constants__"):
                 raise Uncacheable(f"{where}: class attribute {cls.__qualname__}.{name} is a mutable {type(value).__name__}")
             self.token("attr", name)
+            if name in _SETUP_METHODS and isinstance(value, types.FunctionType) and id(value) not in self._seen:
+                # hashed, but its stores are the object's own set-up, not trace-time effects
+                self._seen[id(value)] = len(self._seen)
+                self._keep.append(value)
+                self._function(value, f"{cls.__qualname__}.{name}", check_effects=False)
+                continue
             self.add(value, f"{cls.__qualname__}.{name}")
 
     # -- modules --------------------------------------------------------------------
@@ -438,6 +451,50 @@ def _graph_preserving(compiler: Any) -> bool:
     )
 
 
+#: id(table) -> (its items when fingerprinted, digest): a library table (Inductor's has ~800
+#: entries) is fingerprinted once per process, again only if its items changed
+_TABLE_DIGESTS: dict[int, tuple[tuple, str]] = {}
+
+
+def _library_function(fn: Any) -> Any:
+    """A stable description of a function of torch or aotgrad (including the closures
+    their code makes at import time), or of a ``functools.partial`` of one over plain
+    values and ops; None for anything else."""
+    if isinstance(fn, types.FunctionType | types.BuiltinFunctionType) and _named_module(getattr(fn, "__module__", None)):
+        return fn.__module__, fn.__qualname__
+    if isinstance(fn, functools.partial):
+        parts = [_library_function(fn.func)]
+        for value in (*fn.args, *sorted(fn.keywords.items())):
+            if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str):
+                value = value[1]
+            if isinstance(value, _PLAIN + _TORCH_PLAIN):
+                parts.append(repr(value))
+            elif isinstance(value, torch._ops.OpOverload | torch._ops.OpOverloadPacket):
+                parts.append(str(value))
+            else:
+                parts.append(_library_function(value))
+        if all(p is not None for p in parts):
+            return ("partial", *parts, tuple(sorted(fn.keywords)))
+    return None
+
+
+def _decompositions_digest(table: dict) -> str:
+    items = tuple(table.items())
+    known = _TABLE_DIGESTS.get(id(table))
+    if known is not None and known[0] == items:
+        return known[1]
+    fp = Fingerprint()
+    named = [(str(op), _library_function(fn)) for op, fn in items]
+    fp.token("table", sorted(named, key=lambda x: x[0]) if all(n for _, n in named) else None)
+    if all(n for _, n in named):
+        _TABLE_DIGESTS[id(table)] = (items, fp.hexdigest())
+        return fp.hexdigest()
+    for op, fn in sorted(items, key=lambda item: str(item[0])):  # a user's decompositions: hashed
+        fp.token(str(op))
+        fp.add(fn, f"decomposition of {op}")
+    return fp.hexdigest()
+
+
 def entry_key(fn: Callable, leaves: list[Any], spec: Any, config: Any) -> str:
     """The key of the entry ``fn`` compiles for this call (raises :class:`Uncacheable`)."""
     fp = Fingerprint()
@@ -453,10 +510,7 @@ def entry_key(fn: Callable, leaves: list[Any], spec: Any, config: Any) -> str:
     if decompositions is None:
         fp.token("no decompositions")
     else:
-        fp.token("decompositions", len(decompositions))
-        for op in sorted(decompositions, key=str):
-            fp.token(str(op))
-            fp.add(decompositions[op], f"decomposition of {op}")
+        fp.token("decompositions", _decompositions_digest(decompositions))
     fp.token(config.keep_inference_input_mutations, config.dynamic, repr(config.symbolic_leaves), config.num_params_buffers)
     spec_text = str(spec)
     if " at 0x" in spec_text:
