@@ -157,3 +157,34 @@ def test_module_with_autocast_and_dropout_under_torch_compile():
     for p, q in zip(m.parameters(), ref.parameters()):
         torch.testing.assert_close(p.grad, q.grad)
     torch._dynamo.reset()
+
+
+def test_fake_tensor_read_from_outside_the_inputs_is_refused_at_compile_time():
+    """A module that reads a fake tensor it does not take as an input (a closure, or an
+    attribute of a GraphModule built on fake tensors) cannot be compiled into a graph a real
+    call can run: refused when compiling, before anything runs (torch refuses it too)."""
+    fake_mode = torch._subclasses.fake_tensor.FakeTensorMode()
+    outside = fake_mode.from_tensor(torch.randn(4))
+
+    class ReadsOutside(torch.nn.Module):
+        def forward(self, x):
+            return (x * outside,)
+
+    example = fake_mode.from_tensor(torch.randn(4, requires_grad=True))
+    compiled = aotgrad.aot_module_simplified(ReadsOutside(), (example,), nop)
+    x = torch.ones(4, requires_grad=True)
+    with pytest.raises(aotgrad.AotgradCompileError, match="reads a fake tensor that is not one of its inputs"):
+        compiled(x)
+    assert torch.equal(x, torch.ones(4)) and x.grad is None
+    with pytest.raises(aotgrad.AotgradCompileError, match="fake tensor"):
+        aotgrad.aot_function(lambda t: t + outside, nop)(torch.ones(4))
+
+
+def test_fake_example_inputs_still_compile_and_match_eager():
+    """The refusal is about fake *constants*: fake example inputs (what Dynamo hands over)
+    compile as before."""
+    fake_mode = torch._subclasses.fake_tensor.FakeTensorMode()
+    lin = torch.nn.Linear(4, 2)
+    compiled = aotgrad.aot_module_simplified(lin, (fake_mode.from_tensor(torch.randn(3, 4)),), nop)
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(compiled(x), lin(x))

@@ -101,7 +101,29 @@ def _trace(fn: Callable, args: tuple, decompositions: dict | None, fake_mode: Fa
     # pytree-flattening signature: compilers and the runtime call graphs with flat args.
     gm.graph._codegen = torch.fx.graph.CodeGen()
     gm.recompile()
+    _refuse_fake_constants(gm)
     return gm
+
+
+def _refuse_fake_constants(gm: torch.fx.GraphModule) -> None:
+    """Raise if a constant of ``gm`` is a fake tensor.
+
+    A fake tensor the program reads without taking it as an input (a closure, a module
+    attribute of a fake-tensor GraphModule) is traced in as a constant; the compiled graph
+    would fail on its first real call, so it is refused at compile time, as torch does.
+    """
+    from torch._subclasses.fake_tensor import is_fake
+
+    for node in gm.graph.find_nodes(op="get_attr"):
+        value = getattr(gm, str(node.target), None)
+        if isinstance(value, torch.Tensor) and is_fake(value):
+            readers = sorted({str(u.target) for u in node.users}) or ["nothing"]
+            raise AotgradCompileError(
+                f"aotgrad: the program reads a fake tensor that is not one of its inputs "
+                f"(shape {tuple(value.shape)}, read by {', '.join(readers)}): held by a closure or a "
+                "module attribute, e.g. of a GraphModule built on fake tensors. A compiled graph "
+                "cannot hold a fake tensor as a constant; pass it as an input, or use a real tensor."
+            )
 
 
 def trace_function(fn: Callable, args: tuple, fake_mode: FakeTensorMode) -> torch.fx.GraphModule:
