@@ -116,6 +116,8 @@ w = torch.randn(3, 3, requires_grad=True)
 cf(w, torch.randn(2, 3)).backward()
 model = aotgrad.aot_module(nn.Linear(3, 1), nop)
 model(torch.randn(4, 3)).sum().backward()
+dynamo = torch.compile(nn.Linear(3, 2), backend="aotgrad")
+dynamo(torch.randn(4, 3)).sum().backward()
 print("script args:", sys.argv[1:])
 '''
 
@@ -130,7 +132,8 @@ def test_cli_runs_a_script_and_reports_its_entries(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert "script args: ['--lr', '0.1']" in proc.stdout
-    assert "2 entries" in proc.stdout
+    assert "3 entries" in proc.stdout  # aot_function, aot_module, torch.compile
+    assert "== Linear.forward: training entry" in proc.stdout
     assert f"{script}:9 in step" in proc.stdout  # y = (x @ w).tanh()
     assert "grad of" in proc.stdout
     assert out_html.exists() and "<svg" in out_html.read_text()

@@ -109,6 +109,8 @@ class _CompiledForward:
             # is packed without a pytree walk on every call.
             return (out, reassigned) if reassigned else (out,)
 
+        # what logs, recompile warnings and explain reports call it
+        functional_forward.__name__ = functional_forward.__qualname__ = f"{type(root).__name__}.forward"
         # The persistent cache keys this function by root's tree, not by its closure:
         # every registered parameter and buffer of it is swapped for a graph input.
         functional_forward._aotgrad_swaps_state_of = root  # type: ignore[attr-defined]
