@@ -390,11 +390,13 @@ class Fingerprint:
         for node in gm.graph.nodes:
             if node.op == "get_attr":
                 raise Uncacheable(f"{where}: get_attr {node.target} (constants and submodules are not keyed)")
-            if node.op in ("call_module", "call_method"):
-                raise Uncacheable(f"{where}: {node.op} {node.target}")
+            if node.op == "call_module":
+                raise Uncacheable(f"{where}: call_module {node.target}")
             self.token(node.name, node.op)
             if node.op == "call_function":
                 self.add(node.target, f"{where}: {node.name}")
+            elif node.op == "call_method":
+                self.token("method", node.target)  # a method name (the code names it too)
             for key, value in sorted(node.meta.items()):
                 if key in ("val", "example_value", "tensor_meta", "grapharg", "unbacked_bindings"):
                     continue
