@@ -208,3 +208,33 @@ def test_hit_records_nothing():
     for _ in range(3):
         cf(x, y)
     assert cf.recompile_reasons == [] and len(cf.entries) == 1
+
+
+def test_synthetic_base_layout():
+    """Aliased inputs, one mutated, merged into a synthetic base: another offset of the
+    second view within the base recompiles, and the reason says so."""
+
+    def f(a, b):
+        a.add_(1)
+        return b * 1
+
+    def views(lo):
+        def make():
+            base = torch.randn(6)
+            return base[:3], base[lo:lo + 3]
+
+        return make
+
+    cf = _two_calls(f, views(1), views(2))
+    m = _only_reason(cf)
+    assert m.kind == "aliasing" and "synthetic base" in m.what
+
+
+def test_symint_input_of_a_dynamic_entry():
+    def f(x, n):
+        return x * n
+
+    cf = _two_calls(f, lambda: (torch.randn(3, requires_grad=True), 3),
+                    lambda: (torch.randn(3, requires_grad=True), 2.5), dynamic=True)
+    m = _only_reason(cf)
+    assert (m.kind, m.what, m.old, m.new) == ("symint", "argument leaf 1", "an int", "a float")
