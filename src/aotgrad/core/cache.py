@@ -559,6 +559,14 @@ class _Ref:
     index: int
 
 
+#: types pickle handles itself and that never need a persistent id
+_PICKLED_AS_IS = frozenset({
+    type(None), bool, int, float, complex, str, bytes, tuple, list, dict, set, frozenset, torch.dtype,
+    torch.device, torch.Size, torch.memory_format, torch.layout, torch.fx.immutable_collections.immutable_list,
+    torch.fx.immutable_collections.immutable_dict,
+})
+
+
 class _Pickler(pickle.Pickler):
     """Pickles graphs: nodes by position (in node arguments only: a node in metadata is
     refused), fake tensors by metadata (their storage sharing kept), ops by name; refuses
@@ -571,6 +579,8 @@ class _Pickler(pickle.Pickler):
         self.in_meta = False
 
     def persistent_id(self, obj: Any) -> Any:
+        if type(obj) in _PICKLED_AS_IS:  # most objects: one set lookup
+            return None
         if isinstance(obj, torch.fx.Node):
             if self.in_meta:
                 raise Uncacheable(f"node {obj.name} in a node's metadata")
