@@ -62,7 +62,7 @@ def test_concurrent_writers_leave_whole_entries(tmp_path):
     env = dict(os.environ, AOTGRAD_CACHE_DIR=str(tmp_path), PYTHONPATH=os.pathsep.join(sys.path))
     env.pop("AOTGRAD_CACHE", None)
     procs = [
-        subprocess.Popen([sys.executable, str(WORKER), "--rounds", "3"], env=env, stdout=subprocess.PIPE,
+        subprocess.Popen([sys.executable, str(WORKER), "--rounds", "2"], env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
         for _ in range(2)
     ]
