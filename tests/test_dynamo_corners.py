@@ -188,3 +188,45 @@ def test_fake_example_inputs_still_compile_and_match_eager():
     compiled = aotgrad.aot_module_simplified(lin, (fake_mode.from_tensor(torch.randn(3, 4)),), nop)
     x = torch.randn(3, 4)
     torch.testing.assert_close(compiled(x), lin(x))
+
+
+class _HalvesGradReturnsInput(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 0.5
+
+
+@pytest.mark.parametrize("grad_mode", [True, False])
+def test_custom_function_returning_its_input_as_the_program_output(grad_mode):
+    """The Function's output *is* the program's output: eager's is a view of the input whose
+    grad_fn is the Function's backward, so the gradient is halved. aotgrad returned it as a
+    plain view of the input rebuilt outside the graph, bypassing that backward (the gradient
+    came back 1, not 0.5)."""
+
+    def f(x):
+        return _HalvesGradReturnsInput.apply(x)
+
+    compiled = aotgrad.aot_function(f, nop)
+    seen = []
+    for fn in (f, compiled):
+        leaf = torch.ones(2, 2, requires_grad=True)
+        x = leaf * 1
+        with torch.set_grad_enabled(grad_mode):
+            out = fn(x)
+        seen.append((out._base is x, out.requires_grad, out.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()))
+        if out.requires_grad:
+            (out * 3).sum().backward()
+            seen.append(leaf.grad)
+        with torch.no_grad():
+            out.mul_(2)  # a write through the output reaches the input, as in eager
+        seen.append(x.detach().clone())
+    half = len(seen) // 2
+    for a, b in zip(seen[:half], seen[half:]):
+        if isinstance(a, torch.Tensor):
+            torch.testing.assert_close(b, a)
+        else:
+            assert a == b

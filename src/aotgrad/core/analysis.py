@@ -465,6 +465,13 @@ def analyze(
         if input_idx is not None:
             output_info.append(OutputInfo(OutputType.is_input, call_input_index=input_idx, **common))
             continue
+        if storage in input_storages and _returned_by_custom_function(o):
+            # A custom autograd.Function returned (a view of) an input: eager's output is a
+            # view whose grad_fn is the Function's backward, so it is a graph output (its
+            # gradient goes through the compiled backward, which holds that backward); the
+            # autograd.Function around the graph makes it a view of the input again.
+            output_info.append(OutputInfo(OutputType.non_alias, custom_function_view=True, **common))
+            continue
         if storage in input_storages:
             i = input_storages[storage]
             # Autograd's root of the view: an input, or a detach()ed alias of one (a root
@@ -558,6 +565,12 @@ def _subclass_structure(value: torch.Tensor) -> TensorStructure | None:
         return None
     coerce = getattr(value, "__coerce_tangent_metadata__", None)
     return TensorStructure.of(value if coerce is None else coerce())
+
+
+def _returned_by_custom_function(o: torch.Tensor) -> bool:
+    """Whether ``o``'s grad_fn is a custom ``autograd.Function``'s backward (it returned an
+    input, which autograd turned into a view of it)."""
+    return isinstance(o.grad_fn, torch.autograd.function.BackwardCFunction)
 
 
 def _made_under_no_grad(t: torch.Tensor) -> bool:

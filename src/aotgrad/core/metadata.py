@@ -118,6 +118,10 @@ class OutputInfo:
     #: as eager's view's grad_fn is once an in-place op on the input regenerated it (its
     #: gradient then reaches the root also outside the input's elements)
     off_root: bool = False
+    #: a ``non_alias`` output that a custom ``autograd.Function`` returned as (a view of) an
+    #: input: the graph returns it as a view and it stays one (the Function around the graph
+    #: makes it a view of the input, with the compiled backward as its grad_fn, as eager's)
+    custom_function_view: bool = False
     view_source: Any = field(default=None, compare=False, repr=False)
     constant: Any = field(default=None, compare=False)
 

@@ -520,6 +520,7 @@ def _view_outputs(gm: torch.fx.GraphModule, md: ViewAndMutationMetadata, signatu
         signature.user_output_positions[j]
         for j in signature.user_outputs
         if md.output_info[j].output_type is OutputType.non_alias and md.output_info[j].duplicate_of is None
+        and not md.output_info[j].custom_function_view
     ]
     candidates.extend(range(signature.intermediate_base_slice.start, signature.intermediate_base_slice.stop))
     return tuple(
