@@ -298,8 +298,9 @@ def explain(target: Callable | nn.Module, *args: Any, fw_compiler: Callable | No
 
     ``target``: a function (compiled with ``aot_function``), an ``nn.Module`` (``aot_module``),
     or what aotgrad already compiled (an ``AotFunction``, an ``aot_module`` result, an
-    ``aot_module_simplified`` callable): then every entry it holds is reported. The
-    compilers default to :func:`aotgrad.compilers.nop`. The call's result is ``report.result``
+    ``aot_module_simplified`` callable): then every entry it holds is reported (its own
+    compilers are kept; ``fw_compiler``/``bw_compiler`` are ignored). The compilers default
+    to :func:`aotgrad.compilers.nop`. The call's result is ``report.result``
     (call ``.backward()`` on it yourself if you want the gradients; the backward graph is
     compiled ahead of time and is in the report either way). ``fw_compiler`` and
     ``bw_compiler`` are taken by explain, never passed to ``target``.
