@@ -282,3 +282,14 @@ class _Caching(nn.Module):
 def test_module_forward_that_sets_attributes_is_not_cached(tmp_path):
     aotgrad.aot_module(_Caching(), compilers.nop, cache=tmp_path)(torch.randn(2, 3))
     assert not entries(tmp_path)
+
+
+def test_storing_and_loading_issue_no_warnings(tmp_path):
+    import warnings
+
+    fn = _compiled_sin_mul()
+    for _ in range(2):  # a cold compile that stores, then one that loads
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            _call(aotgrad.aot_function(fn, compilers.nop, cache=tmp_path))
+        assert not [w for w in caught if "LeafSpec" in str(w.message)]

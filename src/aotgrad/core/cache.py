@@ -724,8 +724,12 @@ def _loads_graphs(payload: bytes, fake_mode: FakeTensorMode) -> tuple[Any, dict[
 def _dumps(analysis: Any, graphs: dict[str, torch.fx.GraphModule]) -> bytes:
     joint = graphs.get("joint")
     main = {k: v for k, v in graphs.items() if k != "joint"}
-    joint_payload = None if joint is None else _dumps_graphs(None, {"joint": joint})
-    return _dumps_graphs((analysis, joint_payload), main)
+    with warnings.catch_warnings():
+        # pickling torch's TreeSpec warns about its own deprecated LeafSpec: a cold compile
+        # must warn exactly as it would without the cache
+        warnings.simplefilter("ignore", FutureWarning)
+        joint_payload = None if joint is None else _dumps_graphs(None, {"joint": joint})
+        return _dumps_graphs((analysis, joint_payload), main)
 
 
 def _loads(payload: bytes) -> StoredEntry:
