@@ -465,7 +465,7 @@ def analyze(
         if input_idx is not None:
             output_info.append(OutputInfo(OutputType.is_input, call_input_index=input_idx, **common))
             continue
-        if storage in input_storages and _returned_by_custom_function(o):
+        if storage in input_storages and _through_custom_function(o, f_inputs[input_storages[storage]]):
             # A custom autograd.Function returned (a view of) an input: eager's output is a
             # view whose grad_fn is the Function's backward, so it is a graph output (its
             # gradient goes through the compiled backward, which holds that backward); the
@@ -567,10 +567,23 @@ def _subclass_structure(value: torch.Tensor) -> TensorStructure | None:
     return TensorStructure.of(value if coerce is None else coerce())
 
 
-def _returned_by_custom_function(o: torch.Tensor) -> bool:
-    """Whether ``o``'s grad_fn is a custom ``autograd.Function``'s backward (it returned an
-    input, which autograd turned into a view of it)."""
-    return isinstance(o.grad_fn, torch.autograd.function.BackwardCFunction)
+def _through_custom_function(o: torch.Tensor, root: torch.Tensor) -> bool:
+    """Whether autograd's path from ``o`` back to ``root`` (the input it aliases) passes a
+    custom ``autograd.Function``'s backward: the Function returned (a view of) the input,
+    and ``o`` is that output or a view of it. Rebuilding ``o`` as a view of the input would
+    skip that backward."""
+    # Only the first edge is followed: a view node's (and an in-place node's) first input is
+    # the tensor it views or writes, so this walks o's own chain, not other operands'.
+    node, stop = o.grad_fn, root.grad_fn
+    for _ in range(64):
+        if node is None or node is stop:
+            return False
+        if isinstance(node, torch.autograd.function.BackwardCFunction):
+            return True
+        if not node.next_functions:
+            return False
+        node = node.next_functions[0][0]
+    return False
 
 
 def _made_under_no_grad(t: torch.Tensor) -> bool:
