@@ -465,7 +465,9 @@ def analyze(
         if input_idx is not None:
             output_info.append(OutputInfo(OutputType.is_input, call_input_index=input_idx, **common))
             continue
-        if storage in input_storages and _through_custom_function(o, f_inputs[input_storages[storage]]):
+        if storage in input_storages and _through_custom_function(
+            o, f_inputs[input_storages[storage]], (fake_mode, mode)
+        ):
             # A custom autograd.Function returned (a view of) an input: eager's output is a
             # view whose grad_fn is the Function's backward, so it is a graph output (its
             # gradient goes through the compiled backward, which holds that backward); the
@@ -567,14 +569,25 @@ def _subclass_structure(value: torch.Tensor) -> TensorStructure | None:
     return TensorStructure.of(value if coerce is None else coerce())
 
 
-def _through_custom_function(o: torch.Tensor, root: torch.Tensor) -> bool:
+def _through_custom_function(o: torch.Tensor, root: torch.Tensor, modes: tuple[Any, ...]) -> bool:
     """Whether autograd's path from ``o`` back to ``root`` (the input it aliases) passes a
     custom ``autograd.Function``'s backward: the Function returned (a view of) the input,
     and ``o`` is that output or a view of it. Rebuilding ``o`` as a view of the input would
-    skip that backward."""
+    skip that backward.
+
+    ``modes`` are the fake and functional modes the program ran under: reading the
+    ``grad_fn`` of a view whose base was written regenerates it, which dispatches ops on the
+    functional tensors. Where autograd refuses to regenerate it (eager raises lazily on that
+    read), the output has no custom Function to keep and this returns False."""
+    try:
+        with contextlib.ExitStack() as stack:
+            for m in modes:
+                stack.enter_context(m)
+            node, stop = o.grad_fn, root.grad_fn
+    except RuntimeError:
+        return False
     # Only the first edge is followed: a view node's (and an in-place node's) first input is
     # the tensor it views or writes, so this walks o's own chain, not other operands'.
-    node, stop = o.grad_fn, root.grad_fn
     for _ in range(64):
         if node is None or node is stop:
             return False
