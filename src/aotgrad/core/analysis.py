@@ -8,6 +8,7 @@ Nothing here touches a real tensor: inputs are fake tensors made from the caller
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +50,18 @@ _SYMBOLIC_OUTPUT_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
 __all__ = ["Analysis", "analyze", "from_functional", "reject_inplace_on_leaves", "relative_view_metas", "to_functional"]
 
 _LEAF_INPLACE = "a leaf Variable that requires grad is being used in an in-place operation."
+_NOT_A_LEAF_FLAG = (
+    "you can only change requires_grad flags of leaf variables. If you want to use a computed "
+    "variable in a subgraph that doesn't require differentiation use var_no_grad = var.detach()."
+)
+_REQUIRES_GRAD_DESCRIPTOR = torch._C.TensorBase.__dict__["requires_grad"]
+
+
+def _sets_requires_grad(func: Any) -> bool:
+    """``Tensor.requires_grad_`` or the ``requires_grad`` property's setter."""
+    return func is torch._C.TensorBase.requires_grad_ or (
+        getattr(func, "__self__", None) is _REQUIRES_GRAD_DESCRIPTOR and getattr(func, "__name__", "") == "__set__"
+    )
 _VIEW_OF_LEAF_INPLACE = "a view of a leaf Variable that requires grad is being used in an in-place operation."
 
 
@@ -233,9 +246,47 @@ class _EagerChecks(TorchFunctionMode):
         #: from its base's start, to
         #: the user line: a later write into them is refused
         self.restrided_views: dict[StorageWeakRef, str] = {}
+        #: id of a functional input → its graph-input index (set by :func:`analyze`)
+        self.input_index: dict[int, int] = {}
+        #: graph inputs the program makes require grad (``requires_grad_()``) → the user line
+        self.inputs_set_requiring_grad: dict[int, str] = {}
+        #: tensors without autograd history the program makes require grad: new autograd
+        #: leaves, in program order, with the user line
+        self.new_leaves: list[tuple[torch.Tensor, str]] = []
+
+    def _requires_grad(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """``t.requires_grad_(value)`` / ``t.requires_grad = value``: recorded (an input the
+        program makes require grad; a new autograd leaf), or refused where a compiled graph
+        cannot reproduce it."""
+        t = args[0]
+        value = bool(args[1]) if len(args) > 1 else bool(kwargs.get("requires_grad", True))
+        if not isinstance(t, FunctionalTensor):
+            return func(*args, **kwargs)
+        i = self.input_index.get(id(t))
+        if i is not None:
+            if value and not t.requires_grad:
+                self.inputs_set_requiring_grad.setdefault(i, current_user_line())
+            elif not value and t.requires_grad:
+                if id(t) not in self.leaf_inputs:
+                    raise RuntimeError(_NOT_A_LEAF_FLAG)  # eager's error: the input is no leaf
+                raise AotgradCompileError(
+                    f"aotgrad: requires_grad_(False) on input {i}, a leaf that requires grad, at "
+                    f"{current_user_line()}: eager turns autograd off for the caller's tensor in the "
+                    "middle of the program (what it computed from the input before still reaches its "
+                    ".grad), which a compiled graph cannot reproduce. Use x.detach() inside the "
+                    "function, or call requires_grad_(False) before calling it."
+                )
+            return func(*args, **kwargs)
+        new_leaf = value and not t.requires_grad and t.grad_fn is None
+        out = func(*args, **kwargs)
+        if new_leaf:
+            self.new_leaves.append((t, current_user_line()))
+        return out
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if _sets_requires_grad(func):
+            return self._requires_grad(func, args, kwargs)
         name = getattr(func, "__name__", str(func))
         if (
             name in _METADATA_INPLACE
@@ -350,6 +401,7 @@ def analyze(
             for i, f in reversed(list(enumerate(f_inputs))) if isinstance(f, torch.Tensor)
         },
     )
+    checks.input_index = {id(f): i for i, f in enumerate(f_inputs) if isinstance(f, torch.Tensor)}
     geometry = EagerViewGeometry(
         [(f, t) for f, t in zip(f_inputs, fake_inputs) if isinstance(t, torch.Tensor)]
     )
@@ -387,6 +439,12 @@ def analyze(
                 f"aotgrad: input {i} is detached in place (detach_()/requires_grad_(False)); "
                 "this is not supported. Detach it before the call, or use .detach()."
             )
+        if i in checks.inputs_set_requiring_grad and (data or meta):
+            raise AotgradCompileError(
+                f"aotgrad: input {i} is made to require grad (requires_grad_() at "
+                f"{checks.inputs_set_requiring_grad[i]}) and is also changed in place; this is not "
+                "supported. Call requires_grad_() before calling the function, or clone() the input."
+            )
         # Autograd saw a data mutation exactly when it gave the input a new grad_fn: one
         # under no_grad, or through a detach()ed alias, leaves it as it was.
         visible = data and not under_no_grad and f.grad_fn is not grad_fns_before[i]
@@ -399,6 +457,7 @@ def analyze(
                 is_leaf=fake.is_leaf,
                 new_view=geometry.geometry(f) if meta else None,
                 addresses_storage=i in checks.storage_addressed,
+                sets_requires_grad=i in checks.inputs_set_requiring_grad,
             )
         )
         input_storages.setdefault(StorageWeakRef(f.untyped_storage()), i)
@@ -528,14 +587,26 @@ def analyze(
             base_index_of[id(base)] = index
             base_sources.append(j)
             base_requires_grad.append(base.requires_grad)
+        view_source = _replayable_on(
+            relative_view_metas(o, base), base, geometry.geometry(base), geometry.geometry(o), fake_mode
+        )
         output_info.append(OutputInfo(
-            kind, base_index=index, view_source=_replayable_on(
-                relative_view_metas(o, base), base, geometry.geometry(base), geometry.geometry(o), fake_mode
-            ),
+            kind, base_index=index, view_source=view_source,
+            no_grad_steps=_partial_no_grad_steps(view_source, geometry.no_grad_prefix(o), base, o),
             **common,
         ))
 
-    if not any(x.requires_grad for x in input_info) and any(
+    new_leaves = {id(t): line for t, line in checks.new_leaves if t.is_leaf and t.requires_grad}
+    output_info, base_new_leaf = _mark_new_leaves(
+        output_info, out_leaves, [out_leaves[j]._base for j in base_sources], new_leaves, input_info
+    )
+    base_requires_grad = [rg and not leaf for rg, leaf in zip(base_requires_grad, base_new_leaf)]
+    if new_leaves:
+        _refuse_grads_into_returned_leaves(
+            out_leaves, [out_leaves[j]._base for j in base_sources], new_leaves,
+            [f for f, x in zip(f_inputs, input_info) if x.mutation_visible_to_autograd], (fake_mode, mode),
+        )
+    if not any(x.requires_grad or x.sets_requires_grad for x in input_info) and not new_leaves and any(
         o.requires_grad for o in output_info
     ) and grad_enabled:
         raise AotgradCompileError(
@@ -543,7 +614,7 @@ def analyze(
             "or captures a tensor that requires grad. Pass such tensors as arguments."
         )
     metadata = ViewAndMutationMetadata.build(
-        tuple(input_info), tuple(output_info), tuple(base_requires_grad)
+        tuple(input_info), tuple(output_info), tuple(base_requires_grad), tuple(base_new_leaf)
     )
     # A mutated input's forward output is its data in the original geometry (tracing.py).
     forward_outputs = GraphSignature.of_metadata(metadata)
@@ -556,6 +627,105 @@ def analyze(
     signature = forward_outputs.with_tangents(metadata, [v.dtype for v in fw_values])
     subclasses = tuple(_subclass_structure(v) for v in fw_values)
     return Analysis(metadata, out_spec, tuple(base_sources), avals, signature, subclasses)
+
+
+def _mark_new_leaves(
+    output_info: list[OutputInfo],
+    out_leaves: list[Any],
+    bases: list[torch.Tensor],
+    new_leaves: dict[int, str],
+    input_info: list[InputInfo],
+) -> tuple[list[OutputInfo], list[bool]]:
+    """Outputs (``OutputInfo.new_leaf``) and intermediate bases that eager made require grad
+    with ``requires_grad_()`` inside the program, where the runtime must make them so: the
+    autograd.Function around the graph does not (a new leaf is no graph output it
+    differentiates), and a view rebuilt off a base that does not require grad would not."""
+    base_new_leaf = [id(b) in new_leaves for b in bases]
+    if not new_leaves:
+        return output_info, base_new_leaf
+    marked = []
+    for j, info in enumerate(output_info):
+        o = out_leaves[j]
+        kind = 0
+        if info.output_type is not OutputType.non_tensor and info.requires_grad:
+            if id(o) in new_leaves:
+                kind = 1
+            elif info.is_alias and not _rebuilt_requiring_grad(info, output_info, bases, base_new_leaf, input_info):
+                kind = 2
+        marked.append(dataclasses.replace(info, new_leaf=kind) if kind else info)
+    return marked, base_new_leaf
+
+
+def _rebuilt_requiring_grad(
+    info: OutputInfo, output_info: list[OutputInfo], bases: list[torch.Tensor], base_new_leaf: list[bool],
+    input_info: list[InputInfo],
+) -> bool:
+    """Whether the base the runtime rebuilds an aliased output off requires grad there."""
+    t = info.output_type
+    if t is OutputType.is_input or t is OutputType.alias_of_input:
+        x = input_info[info.call_input_index] if info.call_input_index < len(input_info) else None
+        return x is not None and not info.detached and (x.requires_grad or x.sets_requires_grad)
+    if t is OutputType.alias_of_intermediate_base_is_user_output:
+        return output_info[info.base_index].requires_grad
+    if info.base_index is not None and info.base_index < len(bases):
+        return bases[info.base_index].requires_grad or base_new_leaf[info.base_index]
+    return True
+
+
+def _refuse_grads_into_returned_leaves(
+    out_leaves: list[Any],
+    bases: list[torch.Tensor],
+    new_leaves: dict[int, str],
+    visibly_mutated_inputs: list[torch.Tensor],
+    modes: tuple[Any, ...],
+) -> None:
+    """Raise where a new autograd leaf the caller can reach (an output, or the ``_base`` of
+    one) also feeds another output or an input's mutation: eager accumulates their
+    gradients into the returned leaf's ``.grad``, while the compiled graph computes that
+    leaf as a value of its own."""
+    returned = {id(o) for o in [*out_leaves, *bases] if isinstance(o, torch.Tensor) and id(o) in new_leaves}
+    if not returned:
+        return
+    users = [
+        (f"output {j}", o) for j, o in enumerate(out_leaves)
+        if isinstance(o, torch.Tensor) and o.requires_grad and id(o) not in returned
+        and (o._base is None or id(o._base) not in returned)
+    ]
+    users.extend((f"the in-place change of input {k}", f) for k, f in enumerate(visibly_mutated_inputs))
+    for what, t in users:
+        leaf = _reaches_leaf(t, returned, modes)
+        if leaf is not None:
+            raise AotgradCompileError(
+                f"aotgrad: requires_grad_() at {new_leaves[leaf]} makes a new autograd leaf that the "
+                f"program returns, and {what} is computed from it: eager accumulates that gradient "
+                "into the returned leaf's .grad, which a compiled graph, computing the leaf as a "
+                "value of its own, cannot reproduce. Return the leaf and compute with it outside "
+                "the compiled function, or pass it in as an input."
+            )
+
+
+def _reaches_leaf(t: torch.Tensor, leaves: set[int], modes: tuple[Any, ...]) -> int | None:
+    """The id of the tensor in ``leaves`` whose gradient accumulator ``t``'s autograd graph
+    reaches, if any."""
+    try:
+        with contextlib.ExitStack() as stack:
+            for m in modes:
+                stack.enter_context(m)
+            root = t.grad_fn
+    except RuntimeError:
+        return None
+    stack_nodes = [root]
+    seen: set[int] = set()
+    while stack_nodes:
+        node = stack_nodes.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        variable = getattr(node, "variable", None)
+        if variable is not None and id(variable) in leaves:
+            return id(variable)
+        stack_nodes.extend(n for n, _ in node.next_functions)
+    return None
 
 
 def _subclass_structure(value: torch.Tensor) -> TensorStructure | None:

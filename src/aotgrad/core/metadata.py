@@ -73,6 +73,10 @@ class InputInfo:
     #: the program calls ``as_strided`` on this input or a view of it: its
     #: offsets and strides address the input's whole storage, not only the input's elements
     addresses_storage: bool = False
+    #: the program calls ``requires_grad_()`` (or sets ``.requires_grad = True``) on this
+    #: input, which did not require grad: the caller's tensor requires grad after the call,
+    #: and what the program computes from it afterwards is differentiated with respect to it
+    sets_requires_grad: bool = False
 
     @property
     def mutated(self) -> bool:
@@ -118,6 +122,12 @@ class OutputInfo:
     #: as eager's view's grad_fn is once an in-place op on the input regenerated it (its
     #: gradient then reaches the root also outside the input's elements)
     off_root: bool = False
+    #: eager's output requires grad only through ``requires_grad_()`` called inside the
+    #: program on a tensor without autograd history: 1, the output is that new autograd
+    #: leaf (the runtime makes its value a leaf requiring grad); 2, an autograd view of
+    #: such a leaf that the program does not return (rebuilt off its base, then made a
+    #: leaf requiring grad and viewed once more, so that it has a grad_fn as in eager)
+    new_leaf: int = 0
     #: a ``non_alias`` output that a custom ``autograd.Function`` returned as (a view of) an
     #: input: the graph returns it as a view and it stays one (the Function around the graph
     #: makes it a view of the input, with the compiled backward as its grad_fn, as eager's)
@@ -151,15 +161,27 @@ class ViewAndMutationMetadata:
     data_mutated_input_indices: tuple[int, ...] = ()
     #: user-output indices that are aliases or duplicates (the runtime regenerates them)
     aliased_output_indices: tuple[int, ...] = ()
+    #: per intermediate base: the program made it a new autograd leaf (``requires_grad_()``
+    #: on a tensor without autograd history); the runtime makes its value a leaf requiring
+    #: grad before rebuilding the outputs that view it (no tangent: it is no graph output
+    #: autograd differentiates)
+    intermediate_base_new_leaf: tuple[bool, ...] = ()
+
+    @property
+    def sets_requires_grad(self) -> tuple[int, ...]:
+        """Graph inputs the program makes require grad (``requires_grad_()``)."""
+        return tuple(i for i, x in enumerate(self.input_info) if x.sets_requires_grad)
 
     @staticmethod
     def build(
         input_info: tuple[InputInfo, ...],
         output_info: tuple[OutputInfo, ...],
         intermediate_base_requires_grad: tuple[bool, ...],
+        intermediate_base_new_leaf: tuple[bool, ...] = (),
     ) -> ViewAndMutationMetadata:
         """Make the record and its precomputed index tuples."""
         return ViewAndMutationMetadata(
+            intermediate_base_new_leaf=intermediate_base_new_leaf,
             input_info=input_info,
             output_info=output_info,
             num_intermediate_bases=len(intermediate_base_requires_grad),

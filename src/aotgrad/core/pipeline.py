@@ -223,6 +223,12 @@ def _analyze_call(
     input_aliasing = plan_input_aliasing(call_inputs[:n], fake_call[:n], call_analysis.metadata)
     if input_aliasing is None:
         return _AnalyzedCall(program, call_analysis, call_analysis, None, call_inputs, fake_call, fake_mode)
+    if call_analysis.metadata.sets_requires_grad:
+        raise AotgradCompileError(
+            f"aotgrad: the program makes input {call_analysis.metadata.sets_requires_grad[0]} require "
+            "grad (requires_grad_()) while mutating an input that shares its storage; this is not "
+            "supported. Call requires_grad_() before calling the function."
+        )
     if symbolic is not None:
         raise _NeedsStaticTrace("aliased inputs of which one is mutated need synthetic bases")
     if holds_subclass(call_inputs[:n]):
@@ -282,14 +288,30 @@ def records_autograd(md: ViewAndMutationMetadata, grad_enabled: bool) -> bool:
     region requiring grad. The caller's mode alone does not decide the graph."""
     if grad_enabled:
         return True
-    return any(o.requires_grad for o in md.output_info) or any(
+    return any(o.requires_grad and not o.new_leaf for o in md.output_info) or any(
         i.mutation_visible_to_autograd for i in md.input_info
     )
 
 
+def _is_training(md: ViewAndMutationMetadata, grad_enabled: bool, graph_inputs: list[Any]) -> tuple[bool, bool]:
+    """(training, anchored): a training entry when autograd records something of the program
+    and there is something to differentiate: a graph input that requires grad (at the call,
+    or made to by the program's ``requires_grad_()``), or a graph output that requires grad
+    through a new autograd leaf the program made (``anchored``: no input requires grad, so
+    the Function is given one extra leaf of its own to give those outputs a grad_fn)."""
+    if not records_autograd(md, grad_enabled):
+        return False, False
+    if md.sets_requires_grad or any(isinstance(t, torch.Tensor) and t.requires_grad for t in graph_inputs):
+        return True, False
+    differentiable = any(
+        o.requires_grad and not o.new_leaf and o.output_type is OutputType.non_alias for o in md.output_info
+    ) or any(md.intermediate_base_requires_grad)
+    return differentiable, differentiable
+
+
 def _compile_training(
     call: _AnalyzedCall, config: AotConfig, graphs: dict, grad_enabled: bool, name: str,
-    stored: StoredEntry | None = None,
+    stored: StoredEntry | None = None, anchored: bool = False,
 ) -> tuple[CompiledRuntime, torch.fx.GraphModule]:
     """Joint graph → partition → forward/backward compilers → runtime with an autograd.Function.
 
@@ -352,7 +374,10 @@ def _compile_training(
                 grad_enabled=grad_enabled, create_graph=True,
             ).graph,
             num_fwd_outputs,
-            [isinstance(t, torch.Tensor) and t.requires_grad for t in primals],
+            [
+                isinstance(t, torch.Tensor) and (t.requires_grad or md.input_info[i].sets_requires_grad)
+                for i, t in enumerate(primals)
+            ],
             saved_tensors,
             {
                 i: "writes" if info.mutates_data else "re-strides"
@@ -363,7 +388,7 @@ def _compile_training(
     )
     runtime = CompiledRuntime(
         md, signature, call.analysis.out_spec, positional(fw_callable), backward,
-        records_under_no_grad=not grad_enabled, **_runtime_context(call),
+        records_under_no_grad=not grad_enabled, anchored=anchored, **_runtime_context(call),
     )
     return runtime, joint_gm
 
@@ -465,17 +490,13 @@ def _compile_entry(
         program = layout.program_of(fn)
         call = _AnalyzedCall(program, stored.analysis, stored.analysis, None, call_inputs, fake_call, stored.fake_mode)
     md = call.analysis.metadata
-    training = records_autograd(md, grad_enabled) and any(
-        isinstance(t, torch.Tensor) and t.requires_grad for t in call.graph_inputs
-    )
+    training, anchored = _is_training(md, grad_enabled, call.graph_inputs)
     if stored is not None and not stored.fits(training):
         log.debug("aotgrad: ignoring cache entry %r: not a %s entry", store, "training" if training else "inference")
         stored = None
         call = _analyze_timed(fn, layout, call_inputs, grad_enabled, symbolic)
         md = call.analysis.metadata
-        training = records_autograd(md, grad_enabled) and any(
-            isinstance(t, torch.Tensor) and t.requires_grad for t in call.graph_inputs
-        )
+        training, anchored = _is_training(md, grad_enabled, call.graph_inputs)
     log.debug(
         "aotgrad: compiling %s entry for %s\n%r", "training" if training else "inference",
         getattr(fn, "__name__", fn), md,
@@ -483,7 +504,9 @@ def _compile_entry(
     graphs: dict[str, torch.fx.GraphModule] = {}
     joint_gm = None
     if training:
-        runtime, joint_gm = _compile_training(call, config, graphs, grad_enabled, getattr(fn, "__name__", repr(fn)), stored)
+        runtime, joint_gm = _compile_training(
+            call, config, graphs, grad_enabled, getattr(fn, "__name__", repr(fn)), stored, anchored
+        )
     else:
         runtime = _compile_inference(call, config, graphs, grad_enabled, stored)
     if store is not None and stored is None and call.input_aliasing is None:

@@ -138,6 +138,8 @@ class OutputBuilder:
                 plan.append(("const", 0, o.constant))
             elif o.duplicate_of is not None:
                 plan.append(("same", o.duplicate_of, None))
+            elif t is OutputType.non_alias and o.new_leaf:
+                plan.append(("leaf", position[j], None))
             elif t is OutputType.non_alias:
                 plan.append(("out", position[j], None))
             elif t is OutputType.is_input:
@@ -152,9 +154,13 @@ class OutputBuilder:
         #: (user-output index, kind, index, info): outputs taken as they are, then aliases
         self.direct = tuple((j, *p) for j, p in enumerate(plan) if p[0] in ("out", "input", "const"))
         self.aliases = tuple((j, *p) for j, p in enumerate(plan) if p[0] not in ("out", "input", "const"))
+        #: forward-output positions of intermediate bases the program made new autograd leaves
+        self.leaf_bases = tuple(
+            first_base + k for k, leaf in enumerate(metadata.intermediate_base_new_leaf) if leaf
+        )
         self.user_slice = signature.user_output_slice
         #: outputs are exactly a slice of the forward outputs
-        self.is_slice = all(k == "out" for k, _, _ in plan)
+        self.is_slice = all(k == "out" for k, _, _ in plan) and not self.leaf_bases
         self.out_spec = out_spec
         if out_spec.is_leaf():
             self.pack = lambda r: r[0]
@@ -180,6 +186,10 @@ class OutputBuilder:
             return self.pack(fw_outs[self.user_slice])
         result: list[Any] = [None] * len(self.plan)
         geometry, constants = (None, None) if sizes is None else sizes
+        if self.leaf_bases:
+            fw_outs = list(fw_outs)
+            for p in self.leaf_bases:
+                fw_outs[p] = _new_leaf(_unwrap(fw_outs[p]))
         # Direct outputs first: an alias may name a user output that comes after it.
         c = 0
         for j, kind, idx, info in self.direct:
@@ -200,13 +210,38 @@ class OutputBuilder:
                 result[j] = regenerate_alias(call_inputs[idx], info, where)
             elif kind == "alias_user":
                 result[j] = regenerate_alias(result[idx], info, where)
+            elif kind == "leaf":
+                result[j] = _new_leaf(fw_outs[idx])
+                continue
             else:
                 result[j] = result[idx]
+                continue
+            if info.new_leaf:
+                result[j] = _alias_requiring_grad(result[j], info.new_leaf)
         return self.pack(result)
 
 
 def _unwrap(x: Any) -> Any:
     return x.tensor if type(x) is TensorAlias else x
+
+
+def _new_leaf(t: torch.Tensor) -> torch.Tensor:
+    """A graph output eager made a new autograd leaf (``requires_grad_()`` on a tensor
+    without history, inside the program): the same values, as a leaf requiring grad."""
+    return t.detach().requires_grad_(True)
+
+
+def _alias_requiring_grad(out: torch.Tensor, kind: int) -> torch.Tensor:
+    """An aliased output rebuilt off a base that does not require grad, where eager's
+    requires grad through ``requires_grad_()`` in the program (``OutputInfo.new_leaf``): 1,
+    eager's output is that new leaf; 2, an autograd view of such a leaf (which the program
+    does not return): made a leaf, then viewed once more to have a grad_fn, as eager's."""
+    if out.requires_grad:
+        return out
+    if not out.is_leaf:  # (cannot be: a tensor that does not require grad has no history)
+        out = out.detach()
+    out.requires_grad_(True)
+    return out if kind == 1 else out.view_as(out)
 
 
 @dataclass(frozen=True)
@@ -307,8 +342,13 @@ def _make_function(
     spec: BackwardSpec,
     alias_positions: tuple[int, ...],
     nondiff_positions: tuple[int, ...],
+    anchored: bool = False,
 ) -> type:
-    """A fresh autograd.Function subclass bound to one compiled forward/backward pair."""
+    """A fresh autograd.Function subclass bound to one compiled forward/backward pair.
+
+    ``anchored``: the Function takes one more argument after the graph inputs, a leaf that
+    requires grad (:data:`_ANCHOR`), so that its outputs have a grad_fn where no graph input
+    requires grad (outputs computed from a new leaf the program made); it gets no gradient."""
     n = signature.num_forward_outputs
     saved_tensors = signature.saved_tensor_slice
     saved_symints = signature.saved_symint_slice
@@ -326,6 +366,8 @@ def _make_function(
     class CompiledFunction(torch.autograd.Function):
         @staticmethod
         def forward(ctx, *args):  # type: ignore[override]
+            if anchored:
+                args = args[:-1]
             outs = fw_callable(*args)
             if differentiable is not None:
                 # A reference, not a saved tensor: read only by a create_graph backward.
@@ -373,9 +415,15 @@ def _make_function(
                 grads = [
                     None if deps and deps <= unused else g for g, deps in zip(grads, grad_tangent_deps, strict=True)
                 ]
+            if anchored:
+                return (*grads, None)
             return tuple(grads)
 
     return CompiledFunction
+
+
+#: the extra Function argument of an anchored entry (see :func:`_make_function`)
+_ANCHOR = torch.empty(0, requires_grad=True)
 
 
 class _NoDoubleBackward(torch.autograd.Function):
@@ -393,6 +441,18 @@ class _NoDoubleBackward(torch.autograd.Function):
             "aotgrad: double backward (differentiating gradients made with create_graph=True) "
             "through a compiled function is not supported. Compute higher-order gradients eagerly."
         )
+
+
+def _setting_requires_grad(forward: Callable, inputs: tuple[int, ...]) -> Callable:
+    """``forward`` that first makes the graph inputs ``inputs`` require grad, as the
+    program's ``requires_grad_()`` does to the caller's tensors in eager."""
+
+    def run(*graph_inputs: Any) -> Any:
+        for i in inputs:
+            graph_inputs[i].requires_grad_(True)
+        return forward(*graph_inputs)
+
+    return run
 
 
 class CompiledRuntime:
@@ -414,6 +474,7 @@ class CompiledRuntime:
         separate_family_mutations: tuple[int, ...] = (),
         shape_env: ShapeEnv | None = None,
         records_under_no_grad: bool = False,
+        anchored: bool = False,
     ) -> None:
         self.metadata = metadata
         self.signature = signature
@@ -454,8 +515,14 @@ class CompiledRuntime:
             alias_positions = tuple(w.position for w in self.writebacks if not w.data)
             differentiable = set(signature.tangents) | set(alias_positions)
             nondiff = tuple(p for p in range(signature.num_forward_outputs) if p not in differentiable)
-            self._function = _make_function(fw_callable, signature, backward, alias_positions, nondiff)
+            self._function = _make_function(fw_callable, signature, backward, alias_positions, nondiff, anchored)
             self._apply = self._function.apply
+            if anchored:
+                apply = self._apply
+                self._apply = lambda *graph_inputs: apply(*graph_inputs, _ANCHOR)
+        #: graph inputs the program makes require grad (``requires_grad_()``): the caller's
+        #: tensors are made to before the forward, so the Function differentiates them
+        self.sets_requires_grad = metadata.sets_requires_grad
 
         run = self._build_run()
         if self.records_under_no_grad:
@@ -474,6 +541,8 @@ class CompiledRuntime:
         """``run(call_inputs) -> user outputs``, specialised to what this entry needs: the
         common entry (no mutation, outputs a slice of the forward's) is two calls."""
         forward = self._apply if self.training else self._fw
+        if self.sets_requires_grad:
+            forward = _setting_requires_grad(forward, self.sets_requires_grad)
         writebacks = self.writebacks
         outputs = self.outputs
         graph_inputs_of = self.graph_inputs_of

@@ -117,7 +117,11 @@ class GraphSignature:
             md.input_info[i].mutates_data and md.input_info[i].mutation_visible_to_autograd
             for i in self.mutated_inputs
         ]
-        wants_tangent.extend(md.output_info[j].requires_grad for j in self.user_outputs)
+        # (a new autograd leaf the program made with requires_grad_() is no differentiable
+        # output: the runtime makes its value a leaf)
+        wants_tangent.extend(
+            md.output_info[j].requires_grad and not md.output_info[j].new_leaf for j in self.user_outputs
+        )
         wants_tangent.extend(md.intermediate_base_requires_grad)
         if len(forward_output_dtypes) != len(wants_tangent):
             raise AssertionError(

@@ -189,7 +189,13 @@ def trace_joint(
             else structures[p].zeros()
             for p in tangent_positions
         ]
-    grad_inputs = tuple(i for i, t in enumerate(primals) if isinstance(t, torch.Tensor) and t.requires_grad)
+    # (and the inputs the program itself makes require grad: requires_grad_() on the
+    # functional input, so only what it computes afterwards is differentiated)
+    md = analysis.metadata
+    grad_inputs = tuple(
+        i for i, t in enumerate(primals)
+        if isinstance(t, torch.Tensor) and (t.requires_grad or md.input_info[i].sets_requires_grad)
+    )
 
     def joint(primals: list, tangents: list) -> list:
         mode = FunctionalTensorMode()
