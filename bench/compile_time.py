@@ -1,8 +1,9 @@
 """Trace + partition time, ours vs torch's AOT Autograd, with nop compilers.
 
 For each model the timed region is the *first* call of a freshly built compiled callable
-plus its first backward: tracing (analysis, joint graph, partition) and compiling (nop)
-happen there. Each repeat builds a fresh function object and a fresh aot_function, so no
+plus its first backward (``train`` rows: analysis, joint graph, partition and compiling,
+nop, happen there), or the first call under ``torch.no_grad()`` (``infer`` rows: analysis,
+the inference graph, nop). Each repeat builds a fresh function object and a fresh aot_function, so no
 cache carries over; the sides alternate, and the median over repeats is reported, with
 eager's forward+backward of the same call for scale.
 
@@ -13,7 +14,7 @@ that parameters are ordinary graph inputs):
   transformer  nn.TransformerEncoderLayer(d_model=256, nhead=4, dropout=0), (8, 32, 256)
   resnet       3 ResNet basic blocks (conv3x3-BN-ReLU-conv3x3-BN + skip), 16 channels, 16x16
 
-    python bench/compile_time.py [--json out.json] [--repeat 5] [--models mlp8,resnet]
+    python bench/compile_time.py [--json out.json] [--repeat 5] [--models mlp8,resnet] [--modes train,infer]
     python bench/compile_time.py --warm-start [--repeat 3] [--models ...]
 
 ``--warm-start`` measures the start of a *second process* instead: a first process compiles
@@ -88,17 +89,28 @@ def functional(model):
     return f, values
 
 
-def first_call_seconds(aot_function, compiler, model, x) -> float:
+def first_call_seconds(aot_function, compiler, model, x, mode="train") -> float:
+    """The first call (+ first backward in ``train``; under ``torch.no_grad()`` in ``infer``)."""
     f, values = functional(model)
     compiled = aot_function(f, compiler)
+    if mode == "infer":
+        with torch.no_grad():
+            t0 = time.perf_counter()
+            compiled(*values, x)
+            return time.perf_counter() - t0
     t0 = time.perf_counter()
     out = compiled(*values, x)
     out.sum().backward()
     return time.perf_counter() - t0
 
 
-def eager_seconds(model, x) -> float:
+def eager_seconds(model, x, mode="train") -> float:
     f, values = functional(model)
+    if mode == "infer":
+        with torch.no_grad():
+            t0 = time.perf_counter()
+            f(*values, x)
+            return time.perf_counter() - t0
     t0 = time.perf_counter()
     f(*values, x).sum().backward()
     return time.perf_counter() - t0
@@ -184,6 +196,8 @@ def main():
     def extra(p):
         p.add_argument("--repeat", type=int, default=5)
         p.add_argument("--models", default=",".join(MODELS))
+        p.add_argument("--modes", default="train,infer",
+                       help="train: first call + backward; infer: first call under no_grad")
         p.add_argument("--warm-start", action="store_true", help="second-process rows (see the docstring)")
         p.add_argument("--child", choices=["populate", "measure"], help=__import__("argparse").SUPPRESS)
         p.add_argument("--cache-root", help=__import__("argparse").SUPPRESS)
@@ -201,34 +215,38 @@ def main():
         sides["ours"] = (ours_fn, ours_compilers.nop)
 
     results = []
-    for name in args.models.split(","):
-        model, x = make_model(name)
-        times = {k: [] for k in ("eager", "ours", "torch")}
-        errors = {}
-        # warm-up: the first trace in a process pays one-time dispatcher/import costs
-        for side, (aot, comp) in list(sides.items()):
-            try:
-                first_call_seconds(aot, comp, model, x)
-            except Exception as e:
-                errors[side] = f"{type(e).__name__}: {e}"
-                del sides[side]
-        eager_seconds(model, x)
-        for _ in range(args.repeat):
-            times["eager"].append(eager_seconds(model, x))
-            for side, (aot, comp) in sides.items():
-                times[side].append(first_call_seconds(aot, comp, model, x))
-        med = {k: (statistics.median(v) * 1e3 if v else None) for k, v in times.items()}
-        results.append({"model": name, "ms": med, "all_ms": {k: [t * 1e3 for t in v]
-                                                            for k, v in times.items()},
-                        "errors": errors})
-        print(f"  done {name}", file=sys.stderr)
+    for mode in args.modes.split(","):
+        for name in args.models.split(","):
+            model, x = make_model(name)
+            times = {k: [] for k in ("eager", "ours", "torch")}
+            errors = {}
+            # warm-up: the first trace in a process pays one-time dispatcher/import costs
+            for side, (aot, comp) in list(sides.items()):
+                try:
+                    first_call_seconds(aot, comp, model, x, mode)
+                except Exception as e:
+                    errors[side] = f"{type(e).__name__}: {e}"
+            live = {side: v for side, v in sides.items() if side not in errors}
+            eager_seconds(model, x, mode)
+            for _ in range(args.repeat):
+                times["eager"].append(eager_seconds(model, x, mode))
+                for side, (aot, comp) in live.items():
+                    times[side].append(first_call_seconds(aot, comp, model, x, mode))
+            med = {k: (statistics.median(v) * 1e3 if v else None) for k, v in times.items()}
+            per_repeat = [o / t for o, t in zip(times["ours"], times["torch"])]
+            results.append({"model": name, "mode": mode, "ms": med,
+                            "all_ms": {k: [t * 1e3 for t in v] for k, v in times.items()},
+                            "median_ratio": statistics.median(per_repeat) if per_repeat else None,
+                            "errors": errors})
+            print(f"  done {name} {mode}", file=sys.stderr)
 
-    print(f"\nfirst call + first backward, ms (median of {args.repeat}), nop compilers, "
-          f"torch.set_num_threads({torch.get_num_threads()})")
-    rows = [[r["model"], fmt(r["ms"]["eager"], ".2f"), fmt(r["ms"]["ours"]),
-             fmt(r["ms"]["torch"]), fmt(ratio(r["ms"]["ours"], r["ms"]["torch"]), ".2f")]
+    print(f"\nfirst call (train: + first backward; infer: under no_grad), ms (median of {args.repeat}), "
+          f"nop compilers, torch.set_num_threads({torch.get_num_threads()})")
+    rows = [[r["model"], r["mode"], fmt(r["ms"]["eager"], ".2f"), fmt(r["ms"]["ours"]),
+             fmt(r["ms"]["torch"]), fmt(ratio(r["ms"]["ours"], r["ms"]["torch"]), ".2f"),
+             fmt(r["median_ratio"], ".2f")]
             for r in results]
-    print_table(["model", "eager fw+bw", "ours", "torch", "ours/torch"], rows)
+    print_table(["model", "mode", "eager", "ours", "torch", "ours/torch", "(per repeat)"], rows)
     if ours_fn is None:
         print(f"\nours unavailable: {why}")
     for r in results:

@@ -16,8 +16,9 @@ from typing import Any
 
 import torch
 import torch.fx
+import torch.utils._pytree as pytree
 from torch._prims_common import is_non_overlapping_and_dense_or_false
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch._subclasses.functional_tensor import FunctionalTensorMode
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
 from torch.overrides import TorchFunctionMode
@@ -102,9 +103,15 @@ def _clone_keeping_strides(x: torch.Tensor) -> torch.Tensor:
 
 
 def _trace(fn: Callable, args: tuple, decompositions: dict | None, fake_mode: FakeTensorMode) -> torch.fx.GraphModule:
+    # Inputs that are already plain fake tensors of ``fake_mode`` (static sizes) are traced
+    # as they are; make_fx's "fake" mode would convert each one into a new fake tensor first.
+    tracing_mode = "real" if fake_mode.shape_env is None and all(
+        type(t) is FakeTensor and t.fake_mode is fake_mode
+        for t in pytree.tree_leaves(args) if isinstance(t, torch.Tensor)
+    ) else "fake"
     try:
         with fake_mode, effects_as_ordered_nodes():
-            gm = make_fx(fn, decomposition_table=decompositions or {}, tracing_mode="fake")(*args)
+            gm = make_fx(fn, decomposition_table=decompositions or {}, tracing_mode=tracing_mode)(*args)
     except AotgradCompileError:
         raise
     except Exception as exc:  # tracing a program that ran fine on fake tensors in analysis
