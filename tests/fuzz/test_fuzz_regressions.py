@@ -124,7 +124,6 @@ def f(k, a):
     )
 
 
-@XFAIL('a no_grad view whose base is later modified in place: eager raises when its grad_fn is read; aotgrad rebuilds the view after the write-back')
 def test_no_grad_view_of_input_then_base_mutated_grad_fn_raises():
     """Called under no_grad: an unbind view of an input whose base is then mutated; reading the output's grad_fn/is_leaf afterwards raises in eager."""
     check_case(
@@ -385,7 +384,6 @@ def f(a, b):
     )
 
 
-@XFAIL("aotgrad rebuilds a grad-mode view of a no_grad view entirely under no_grad: backward through it raises where eager stops the gradient at the no_grad view (it no longer leaks into the input's .grad)")
 def test_no_grad_view_chain_blocks_gradient():
     """Views made under no_grad of an intermediate do not propagate gradient to the input in eager (.grad stays None)."""
     check_case(
@@ -482,7 +480,6 @@ def f(b):
     )
 
 
-@XFAIL('a multi-output view invalidated by a later in-place op on its base: eager raises on use; aotgrad rebuilds the view after the write-back')
 def test_multi_output_view_chain_invalidated_by_base_mutation():
     """t1 = c.unbind(0)[1].view(1), then c.sin_(): reading t1.grad_fn (and backward) raises in eager."""
     check_case(
@@ -599,7 +596,6 @@ def f(a):
     )
 
 
-@XFAIL('a no_grad view invalidated by a later in-place op through a detached alias: eager raises; aotgrad rebuilds the view after the write-back')
 def test_no_grad_views_then_as_strided_on_detached_alias():
     """Views of an input made under no_grad, then as_strided_ on a detach of one of them: eager's backward through them raises."""
     check_case(
@@ -702,7 +698,6 @@ def f(a):
     )
 
 
-@XFAIL("aotgrad rebuilds a grad-mode view of a no_grad view entirely under no_grad: backward through it raises where eager stops the gradient at the no_grad view (it no longer leaks into the input's .grad)")
 def test_grad_mode_view_of_no_grad_view_of_intermediate_corrupts_input_grad():
     """t1 = a * 2; t2 = t1.view(-1) under no_grad (a leaf of its own in eager); t2[1] returned next to t1: a.grad must be 2 * cotangent(t1)."""
     check_case(
@@ -1352,7 +1347,6 @@ def f(a, b):
     )
 
 
-@XFAIL("aotgrad's backward succeeds: a (grad-mode) view of a no_grad view of output 0, invalidated when the caller mutates output 0")
 def test_view_of_no_grad_view_of_output_invalidated_by_post_call_mutation():
     """t6 = t2[1] under no_grad, t8 = t6.view(1); the caller zeroes t2 after the call: eager's backward through t8 raises 'Output 0 of View is a view of a view which was created in no_grad mode ...'."""
     check_case(
@@ -1370,7 +1364,6 @@ def f(a):
     )
 
 
-@XFAIL("after the caller's zero_() of output 1, eager's output 2 raises on .grad_fn / .is_leaf (a view of a no_grad view whose base was modified); aotgrad's does not")
 def test_select_of_no_grad_view_of_output_invalidated_by_post_call_mutation():
     """Longer variant of the above, as found: t8 = t2.unbind(0)[1] (no_grad).view(1).select(0, -1)."""
     check_case(
@@ -1676,6 +1669,81 @@ def f(a, k):
         post=[(0, 'detach_()'), (1, 'unsqueeze_(0)')],
         modes=['grad'],
         seed=2630,
+    )
+
+
+def test_no_grad_view_of_input_invalidated_by_no_grad_mul_():
+    """Called under no_grad: t1 = a.reshape (a no_grad view), written through t2 = t1.select; eager's t1 is a stale no_grad view: reading its grad_fn / is_leaf raises, and so does backward. aotgrad's rebuilt t1 was a fresh view (is_leaf True)."""
+    check_case(
+        source='''
+def f(a):
+    t1 = a.reshape(3, 1)
+    t2 = t1.select(0, -1)
+    with torch.no_grad():
+        t2.mul_(2)
+    return t1,
+''',
+        inputs={'bases': [{'shape': [3], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        modes=['no_grad'],
+        seed=173,
+    )
+
+
+def test_view_of_aliased_input_invalidated_by_no_grad_write_through_other_alias():
+    """Two args on one base; t1 = d.flatten()[-1] (call under no_grad), then b.mul_(2): eager's t1 is stale."""
+    check_case(
+        source='''
+def f(b, d):
+    t0 = d.flatten()
+    t1 = t0[-1]
+    with torch.no_grad():
+        b.mul_(2)
+    return t1,
+''',
+        inputs={'bases': [{'shape': [], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        modes=['no_grad'],
+        seed=2397,
+    )
+
+
+def test_grad_mode_view_of_no_grad_view_of_intermediate_invalidated():
+    """t9 = (t3.expand under no_grad).unsqueeze(0) in grad mode, then t4.add_(1) on a sibling view: eager's t9 raises 'Output 0 of Unsqueeze is a view of a view which was created in no_grad mode ...' (its grad_fn is the grad-mode unsqueeze, so the chain's last step must be replayed in grad mode)."""
+    check_case(
+        source='''
+def f(a):
+    with torch.set_grad_enabled(True):
+        t0 = a.amax(0)
+        t2 = -t0
+    with torch.no_grad():
+        with torch.enable_grad():
+            t3 = t2[1:2]
+            t4 = t3.t()
+    with torch.no_grad():
+        t8 = t3.expand(2, 2)
+    t9 = t8.unsqueeze(0)
+    t4.add_(1)
+    return t9,
+''',
+        inputs={'bases': [{'shape': [4, 2], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        seed=1746,
+    )
+
+
+def test_split_view_of_intermediate_t__under_no_grad_is_stale():
+    """t7 from a no_grad split of an intermediate, then t7.t_() under no_grad: the t_ is a no_grad step of t7's chain and bumps its version; eager's t7 raises 'A view was created in no_grad mode ...' on grad_fn."""
+    check_case(
+        source='''
+def f(b):
+    t0 = b @ b
+    t2 = t0.squeeze()
+    t4 = t2.flatten()
+    with torch.no_grad():
+        t6, t7 = t4.split(2, 0)
+        t7.t_()
+    return t7,
+''',
+        inputs={'bases': [{'shape': [2], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.expand(2, *(2,))'}]},
+        seed=1930,
     )
 
 

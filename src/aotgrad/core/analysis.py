@@ -503,6 +503,7 @@ def analyze(
             # the no_grad view, so it must not reach the input through a replayed chain)
             "no_grad_view": _made_under_no_grad(o),
             "dtype": o.dtype,
+            "invalidated": _invalidated_view(o, (fake_mode, mode)),
         }
         common["size"], common["stride"], common["storage_offset"] = geometry.geometry(o)
         if id(o) in seen_outputs:
@@ -767,6 +768,30 @@ def _through_custom_function(o: torch.Tensor, root: torch.Tensor, modes: tuple[A
             return False
         node = node.next_functions[0][0]
     return False
+
+
+def _invalidated_view(o: torch.Tensor, modes: tuple[Any, ...]) -> str | None:
+    """The name of the creation meta of eager's view ``o`` where reading its ``grad_fn`` raises (None
+    where it does not): a view made in no_grad mode, or by a multi-output op, whose base
+    requires grad and whose storage an in-place op changed after the view was made. Eager
+    keeps raising on every later use of its autograd history (``grad_fn``, ``is_leaf``,
+    backward), so the rebuilt output must be such a view too.
+
+    ``modes``: as for :func:`_through_custom_function` (a read that does not raise
+    regenerates the view's grad_fn, dispatching ops on the functional tensors)."""
+    if o._base is None:
+        return None
+    meta = torch._C._autograd._get_creation_meta(o)
+    if meta == torch._C._autograd.CreationMeta.DEFAULT:
+        return None
+    try:
+        with contextlib.ExitStack() as stack:
+            for m in modes:
+                stack.enter_context(m)
+            o.grad_fn
+    except RuntimeError:
+        return meta.name
+    return None
 
 
 def _made_under_no_grad(t: torch.Tensor) -> bool:

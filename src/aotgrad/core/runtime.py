@@ -56,8 +56,36 @@ def regenerate_alias(base: torch.Tensor, info: OutputInfo, geometry: tuple | Non
     requires_grad is made to match eager's: a view that does not require grad of a base
     that does is replayed under no_grad (as the eager view was made without autograd). An
     output eager made through ``detach()`` is rebuilt off ``base.detach()`` (``_base`` and
-    view-ness as in eager).
+    view-ness as in eager). An output eager's later in-place ops invalidated
+    (``info.invalidated``) is rebuilt invalidated too (:func:`_invalidated_view`).
     """
+    if info.invalidated is not None:
+        return _invalidated_view(base, info, geometry)
+    return _regenerate(base, info, geometry)
+
+
+def _invalidated_view(base: torch.Tensor, info: OutputInfo, geometry: tuple | None) -> torch.Tensor:
+    """The alias as eager's stale view: made while the shared version counter reads one more
+    than it does after the call, so the view's recorded version differs from its storage's
+    (as eager's does: an in-place op changed the storage after the view was made), with
+    eager's creation meta. Autograd then raises on every read of its history, as in eager;
+    the counter's value is left as it was, so saved tensors of the storage stay valid."""
+    try:
+        version = base._version
+    except RuntimeError:  # an inference tensor has no version counter
+        return _regenerate(base, info, geometry)
+    _set_version_counter((base,), (version + 1,))
+    try:
+        out = _regenerate(base, info, geometry)
+    finally:
+        _set_version_counter((base,), (version,))
+    meta = getattr(torch._C._autograd.CreationMeta, info.invalidated)
+    if out._is_view() and torch._C._autograd._get_creation_meta(out) != meta:
+        torch._C._autograd._set_creation_meta(out, meta)
+    return out
+
+
+def _regenerate(base: torch.Tensor, info: OutputInfo, geometry: tuple | None) -> torch.Tensor:
     if info.detached:
         base = base.detach()
         if not info.is_view:

@@ -88,7 +88,11 @@ class EagerViewGeometry(TorchFunctionMode):
         kwargs = kwargs or {}
         shadow = self._shadow(args[0]) if args else None
         if shadow is None:
-            return func(*args, **kwargs)
+            out = func(*args, **kwargs)
+            if args and isinstance(args[0], FunctionalTensor):
+                with torch._C.DisableTorchFunction():
+                    self._note_no_grad_views(args[0], out)
+            return out
         name = getattr(func, "__name__", "")
         if name in _STORAGE_ADDRESSING and _relaid_out(args[0], shadow):
             raise AotgradCompileError(
@@ -119,6 +123,7 @@ class EagerViewGeometry(TorchFunctionMode):
         if name in _METADATA_INPLACE:
             with _outside_tracing():
                 func(shadow, *args[1:], **kwargs)
+            self._note_no_grad_views(args[0], out)
             return
         results = out if isinstance(out, (tuple, list)) else (out,)
         views = [
@@ -145,6 +150,31 @@ class EagerViewGeometry(TorchFunctionMode):
                     self.no_grad_steps[id(r)] = (r, len(functionalization.get_view_meta_sequence(r.elem)))
                 elif self.no_grad_prefix(args[0]):
                     self.no_grad_steps[id(r)] = (r, self.no_grad_prefix(args[0]))
+
+
+    def _note_no_grad_views(self, source: FunctionalTensor, out: Any) -> None:
+        """Record the no_grad prefix (:meth:`no_grad_prefix`) of the views of ``source`` (a
+        tensor without a shadow: an intermediate) that ``out`` holds, as :meth:`_follow`
+        does for shadowed ones; a view already recorded keeps its entry (``._base`` returns
+        an existing tensor). An in-place metadata op (``t_``) under no_grad on a view
+        extends its chain by a no_grad step: the whole chain is its prefix then."""
+        if torch.is_grad_enabled():
+            steps = self.no_grad_prefix(source)
+        else:
+            steps = -1 if source.requires_grad else 0
+        if not steps:
+            return
+        if out is source:
+            if steps < 0 and source._base is not None:
+                self.no_grad_steps[id(source)] = (source, len(functionalization.get_view_meta_sequence(source.elem)))
+            return
+        for r in out if isinstance(out, (tuple, list)) else (out,):
+            if (
+                isinstance(r, FunctionalTensor) and r is not source and r._base is not None
+                and id(r) not in self.no_grad_steps and _is_alias(r, source)
+            ):
+                n = len(functionalization.get_view_meta_sequence(r.elem)) if steps < 0 else steps
+                self.no_grad_steps[id(r)] = (r, n)
 
 
 def _relaid_out(t: FunctionalTensor, shadow: torch.Tensor) -> bool:
