@@ -234,3 +234,14 @@ def test_input_made_to_require_grad_and_mutated_is_refused():
     with pytest.raises(AotgradCompileError, match="made to require grad"):
         aotgrad.aot_function(f, nop)(a)
     assert not a.requires_grad
+
+
+def test_export_refuses_requires_grad_inside_the_program():
+    def f(a, b):
+        a.requires_grad_()
+        return ((a * b).sum(),)
+
+    a = torch.randn(3, 3)
+    with pytest.raises(AotgradCompileError, match="requires_grad_"):
+        aotgrad.aot_export_joint_simple(f, [a, torch.randn(3, 3, requires_grad=True)], trace_joint=True)
+    assert not a.requires_grad

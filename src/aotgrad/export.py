@@ -180,6 +180,7 @@ def aot_export_module(
     with torch.set_grad_enabled(trace_joint):
         traced = _analyse_for_export(functional_forward, (*state.values(), *args), kwargs, trace_joint, what)
     md = traced.analysis.metadata
+    _refuse_requires_grad_changes(md, what)
     out_leaves_count = len(md.output_info)
     if trace_joint:
         _check_loss(md, output_loss_index, out_leaves_count, what)
@@ -273,6 +274,7 @@ def aot_export_joint_simple(
     with torch.set_grad_enabled(trace_joint):
         traced = _analyse_for_export(func, args, {}, trace_joint, what)
     md = traced.analysis.metadata
+    _refuse_requires_grad_changes(md, what)
     if md.mutated_input_indices:
         raise AotgradCompileError(f"{what}: inputs {list(md.mutated_input_indices)} are mutated in place; not supported.")
     aliased = [j for j, o in enumerate(md.output_info) if o.output_type is not OutputType.non_alias]
@@ -292,4 +294,21 @@ def aot_export_joint_simple(
         tangents=tuple(k for k, j in enumerate(traced.analysis.signature.user_outputs) if md_out[j].requires_grad),
     )
     analysis = dataclasses.replace(traced.analysis, signature=signature)
-    return tracing.trace_joint(traced.program, analysis, traced.fake_inputs, traced.fake_mode, decompositions).graph
+    joint = tracing.trace_joint(traced.program, analysis, traced.fake_inputs, traced.fake_mode, decompositions)
+    if joint.signature.backward_mutated_inputs:
+        raise AotgradCompileError(
+            f"{what}: the backward changes inputs {list(joint.signature.backward_mutated_inputs)} in "
+            "place (a custom autograd.Function's backward writing into a tensor it saved); an exported "
+            "joint graph has no output for it. Not supported."
+        )
+    return joint.graph
+
+
+def _refuse_requires_grad_changes(md: Any, what: str) -> None:
+    """An exported graph carries no runtime: ``requires_grad_()`` inside the program (on an
+    input, or making a new autograd leaf) would be lost."""
+    if md.sets_requires_grad or any(o.new_leaf for o in md.output_info) or any(md.intermediate_base_new_leaf):
+        raise AotgradCompileError(
+            f"{what}: the program calls requires_grad_() on an input or on a tensor without autograd "
+            "history; an exported graph cannot carry that change. Set requires_grad before export."
+        )

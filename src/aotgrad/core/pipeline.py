@@ -329,6 +329,7 @@ def _compile_training(
                 grad_enabled=grad_enabled,
             )
         joint_gm, primals = joint.graph, joint.primals
+        joint_signature = joint.signature  # with the inputs the backward mutates
         with _stage(call.times, "partition"):
             tag_forward_nodes(joint_gm, num_fwd_outputs)
             fw_module, bw_module = config.partition_fn(
@@ -367,7 +368,7 @@ def _compile_training(
             bw_boundary.zeros_of_input(first_tangent + k) for k in range(len(signature.tangents))
         ),
         saved_inputs_to_clone=to_clone,
-        grad_tangent_deps=grad_tangent_dependencies(bw_module),
+        grad_tangent_deps=grad_tangent_dependencies(bw_module)[: signature.num_graph_inputs],
         differentiable=DifferentiableBackward(
             lambda: trace_joint(
                 call.program, call.analysis, call.fake_inputs, call.fake_mode, config.trace_decompositions,
@@ -509,7 +510,10 @@ def _compile_entry(
         )
     else:
         runtime = _compile_inference(call, config, graphs, grad_enabled, stored)
-    if store is not None and stored is None and call.input_aliasing is None:
+    if (
+        store is not None and stored is None and call.input_aliasing is None
+        and not runtime.signature.backward_mutated_inputs  # (not in the stored analysis)
+    ):
         store.save(call.analysis, graphs if joint_gm is None else {**graphs, "joint": joint_gm})
 
     shape_guard = None if symbolic is None else ShapeGuard.of_trace(call.fake_mode.shape_env, call.fake_inputs)

@@ -387,6 +387,8 @@ def _make_function(
     grad_tangent_deps = spec.grad_tangent_deps
     tangent_zeros = spec.tangent_zeros or (None,) * len(tangent_meta)
     differentiable = spec.differentiable
+    backward_mutated = signature.backward_mutated_inputs
+    num_grads = signature.num_graph_inputs
 
     # A symbolic entry's tangent shapes are read off each call's forward outputs.
     symbolic_tangents = any(holds_sym(shape) for shape, _, _ in tangent_meta)
@@ -400,6 +402,10 @@ def _make_function(
             if differentiable is not None:
                 # A reference, not a saved tensor: read only by a create_graph backward.
                 ctx.primals = args
+            if backward_mutated:
+                # the caller's tensors the backward writes into (references, as eager's
+                # custom Function holds them)
+                ctx.backward_mutated = tuple(args[i] for i in backward_mutated)
             if symbolic_tangents:
                 ctx.tangent_shapes = [outs[p].shape for p in tangent_positions]
             saved = list(outs[saved_tensors]) if to_clone else outs[saved_tensors]
@@ -430,12 +436,24 @@ def _make_function(
                 elif not g.is_contiguous():
                     g = g.contiguous()
                 tangents.append(g)
+            if torch.is_grad_enabled() and backward_mutated:
+                raise RuntimeError(
+                    "aotgrad: a backward with create_graph=True through a compiled function whose "
+                    "backward changes a forward input in place (graph inputs "
+                    f"{', '.join(map(str, backward_mutated))}: a custom autograd.Function's backward "
+                    "writing into a tensor it saved) is not supported. Run this backward without "
+                    "create_graph, or the function eagerly."
+                )
             if torch.is_grad_enabled():  # create_graph=True: the grads may be differentiated again
                 if differentiable is None:
                     return _NoDoubleBackward.apply(*bw(*ctx.saved_tensors, *ctx.symints, *tangents))
                 grads = differentiable(ctx.primals, ctx.saved_tensors, tangents)
             else:
                 grads = bw(*ctx.saved_tensors, *ctx.symints, *tangents)
+            if backward_mutated:
+                grads = list(grads)
+                _write_backward_mutations(ctx.backward_mutated, grads[num_grads:])
+                grads = grads[:num_grads]
             if missing:
                 # As in eager, an input reached only from outputs that got no gradient gets
                 # None, not zeros.
@@ -448,6 +466,18 @@ def _make_function(
             return tuple(grads)
 
     return CompiledFunction
+
+
+def _write_backward_mutations(targets: tuple[torch.Tensor, ...], values: list[Any]) -> None:
+    """Write the new values of the inputs the backward mutated into the caller's tensors,
+    without autograd (eager's backward runs its in-place op with grad mode off)."""
+    prev = torch.is_grad_enabled()
+    _set_grad_enabled(False)
+    try:
+        for real, new in zip(targets, values, strict=True):
+            real.copy_(new)
+    finally:
+        _set_grad_enabled(prev)
 
 
 #: the extra Function argument of an anchored entry (see :func:`_make_function`)

@@ -9,7 +9,8 @@ Forward graph outputs (an inference graph has the first three slices only)::
     [ mutated inputs' new values | non-aliased user outputs | intermediate bases | saved tensors | saved symints ]
 
 Backward graph inputs: ``[ saved tensors | saved symints | tangents ]``.
-Backward graph outputs: one gradient (or None) per graph input.
+Backward graph outputs: one gradient (or None) per graph input, then the new value of each
+graph input the backward mutates (``backward_mutated_inputs``).
 
 The first three slices together are torch's ``num_fwd_outputs``. Tangent placeholders of the
 joint graph are tagged when it is traced (:func:`mark_tangents`); :func:`is_tangent` is the one
@@ -93,6 +94,10 @@ class GraphSignature:
     tangents: tuple[int, ...] = ()
     num_saved_tensors: int = 0
     num_saved_symints: int = 0
+    #: graph inputs whose data the backward changes in place (a custom autograd.Function's
+    #: backward writing into a tensor it saved): the backward graph returns their new
+    #: values after the gradients, and the runtime writes them into the caller's tensors
+    backward_mutated_inputs: tuple[int, ...] = ()
 
     @staticmethod
     def of_metadata(metadata: ViewAndMutationMetadata) -> GraphSignature:
@@ -244,10 +249,11 @@ class GraphSignature:
                 f"the signature {self.num_backward_inputs}\n{self!r}"
             )
         n = len(graph_outputs(gm))
-        if n != self.num_graph_inputs:
+        if n != self.num_graph_inputs + len(self.backward_mutated_inputs):
             raise AssertionError(
-                f"aotgrad internal error: the backward graph returns {n} gradients for "
-                f"{self.num_graph_inputs} graph inputs"
+                f"aotgrad internal error: the backward graph returns {n} values for "
+                f"{self.num_graph_inputs} graph inputs and {len(self.backward_mutated_inputs)} "
+                "inputs the backward mutates"
             )
 
     def __repr__(self) -> str:
@@ -270,6 +276,11 @@ class GraphSignature:
                 f"{self.num_saved_symints} saved symints, {len(self.tangents)} tangents"
             )
             lines.append(f"  backward outputs: {self.num_graph_inputs} gradients (one per graph input)")
+            if self.backward_mutated_inputs:
+                lines.append(
+                    "  then the new values of graph inputs "
+                    f"{', '.join(map(str, self.backward_mutated_inputs))} (mutated by the backward)"
+                )
         lines.append(")")
         return "\n".join(lines)
 

@@ -211,6 +211,7 @@ def trace_joint(
             f_tangents = [to_functional(t) for t in tangents]
         with mode, torch.set_grad_enabled(grad_enabled), EagerRewrites(), NoGradMarks():
             fw_outs = forward(*f_primals)
+        after_forward = [_mutation_state(f) for f in f_primals]
         with mode, torch.enable_grad(), EagerRewrites():
             diff_outs = [fw_outs[p] for p in tangent_positions]
             grads: list[Any] = [None] * len(f_primals)
@@ -221,20 +222,61 @@ def trace_joint(
                 )
                 for i, g in zip(grad_inputs, computed, strict=True):
                     grads[i] = g
-        forward_mutated = set(signature.mutated_inputs)
-        for i, f in enumerate(f_primals):
-            if i in forward_mutated or not isinstance(f, torch.Tensor):
-                continue  # the forward returns its new value; a SymInt input is no tensor
-            torch._sync(f)
-            if torch._functionalize_has_data_mutation(f.elem) or torch._functionalize_has_metadata_mutation(f.elem):
-                raise AotgradCompileError(
-                    "aotgrad: the backward pass mutates a graph input in place; this is not supported."
-                )
-        return [[from_functional(o) for o in fw_outs], [from_functional(g) for g in grads]]
+        mutated_in_backward = _backward_mutations(f_primals, after_forward, set(signature.mutated_inputs))
+        found.append(mutated_in_backward)
+        new_values = [from_functional(f_primals[i]) for i in mutated_in_backward]
+        return [[from_functional(o) for o in fw_outs], [from_functional(g) for g in grads] + new_values]
 
+    found: list[tuple[int, ...]] = []
     gm = _trace(joint, (primals, tangents), decompositions, fake_mode)
     mark_tangents(gm.graph, len(primals))
+    if found and found[-1]:
+        signature = replace(signature, backward_mutated_inputs=found[-1])
     return JointGraph(gm, signature, primals, tangents)
+
+
+def _mutation_state(f: Any) -> tuple[int, tuple] | None:
+    """A functional input's mutation counter and geometry, to tell what a later stretch of
+    the trace (the backward) changes."""
+    if not isinstance(f, torch.Tensor):
+        return None
+    torch._sync(f)
+    return torch._functionalize_mutation_counter(f.elem), (tuple(f.shape), tuple(f.stride()), f.storage_offset())
+
+
+def _backward_mutations(f_primals: list[Any], after_forward: list[Any], forward_mutated: set[int]) -> tuple[int, ...]:
+    """Graph inputs whose data the backward (a custom autograd.Function's, on a tensor it
+    saved) changes in place; the backward graph returns their new values and the runtime
+    writes them into the caller's tensors, as eager's backward does. Refused: a change of
+    size or stride (torch refuses it too, in the same words), and a backward change of an
+    input the forward changes as well."""
+    mutated = []
+    for i, (f, before) in enumerate(zip(f_primals, after_forward)):
+        if before is None:
+            continue  # a SymInt input is no tensor
+        counter, geometry = _mutation_state(f)
+        if geometry != before[1]:
+            raise BackwardMutationError(
+                f"Found a graph input that had its metadata mutated in the backward. This is not "
+                f"supported. (aotgrad: graph input {i}'s size or stride is changed in place by the "
+                "backward, e.g. a custom autograd.Function's backward calling transpose_() on a "
+                "tensor it saved; only data mutations in the backward are written back.)"
+            )
+        if counter == before[0]:
+            continue
+        if i in forward_mutated:
+            raise BackwardMutationError(
+                f"aotgrad: graph input {i} is changed in place by the forward and again by the backward "
+                "(a custom autograd.Function's backward writing into a tensor it saved); only inputs "
+                "the forward leaves unchanged can be written by the backward."
+            )
+        mutated.append(i)
+    return tuple(mutated)
+
+
+class BackwardMutationError(AotgradCompileError, AssertionError):
+    """A mutation in the backward aotgrad cannot write back. Also an ``AssertionError``, the
+    class torch's AOT Autograd raises for these, so callers written for torch catch it."""
 
 
 #: node meta key: the node was traced with grad mode off (eager recorded no autograd for it)
@@ -311,7 +353,15 @@ def trace_loss_joint(
             f_primals = [to_functional(p) for p in primals]
         with mode, torch.enable_grad(), EagerRewrites():
             fw_outs = forward(*f_primals)
+        after_forward = [_mutation_state(f) for f in f_primals]
+        with mode, torch.enable_grad(), EagerRewrites():
             grads = torch.autograd.grad(fw_outs[loss_position], [f_primals[i] for i in grad_inputs], allow_unused=True)
+        if _backward_mutations(f_primals, after_forward, set(signature.mutated_inputs)):
+            raise AotgradCompileError(
+                "aotgrad: the backward changes an input in place (a custom autograd.Function's "
+                "backward writing into a tensor it saved); an exported joint graph has no output "
+                "for it. Not supported."
+            )
         return [from_functional(o) for o in fw_outs] + [from_functional(g) for g in grads]
 
     return _trace(joint, tuple(primals), decompositions, fake_mode), grad_inputs
