@@ -293,3 +293,97 @@ def test_storing_and_loading_issue_no_warnings(tmp_path):
             warnings.simplefilter("always")
             _call(aotgrad.aot_function(fn, compilers.nop, cache=tmp_path))
         assert not [w for w in caught if "LeafSpec" in str(w.message)]
+
+
+def test_size_limit_from_environment(monkeypatch, caplog):
+    monkeypatch.delenv("AOTGRAD_CACHE_MAX_SIZE", raising=False)
+    assert cache.size_limit() == cache.DEFAULT_SIZE_LIMIT == 1 << 30
+    for text, expected in (("12345", 12345), ("500M", 500 << 20), ("2G", 2 << 30), ("1.5k", 1536),
+                           ("64 MiB", 64 << 20), ("0", None), ("-1", None)):
+        monkeypatch.setenv("AOTGRAD_CACHE_MAX_SIZE", text)
+        assert cache.size_limit() == expected, text
+    monkeypatch.setenv("AOTGRAD_CACHE_MAX_SIZE", "lots")
+    with caplog.at_level(logging.WARNING, logger="aotgrad"):
+        assert cache.size_limit() == cache.DEFAULT_SIZE_LIMIT
+    assert "AOTGRAD_CACHE_MAX_SIZE" in caplog.text
+
+
+def _scaled(k):
+    def fn(x):
+        return (x.sin() * k).sum()
+
+    return fn
+
+
+def test_least_recently_used_entries_are_evicted(tmp_path, monkeypatch, debug_log):
+    monkeypatch.setenv("AOTGRAD_CACHE_MAX_SIZE", "0")  # no bound while filling
+    x = torch.randn(3, requires_grad=True)
+    paths = {}
+    for k in (1.0, 2.0, 3.0):
+        before = set(entries(tmp_path))
+        aotgrad.aot_function(_scaled(k), compilers.nop, cache=tmp_path)(x).backward()
+        (paths[k],) = set(entries(tmp_path)) - before
+    past = 1_000_000_000
+    for age, k in enumerate((1.0, 2.0, 3.0)):  # stored in this order, long ago
+        os.utime(paths[k], (past + age, past + age))
+    debug_log.clear()
+    aotgrad.aot_function(_scaled(1.0), compilers.nop, cache=tmp_path)(x).backward()  # a hit: used now
+    assert _loads(debug_log) == 1
+    sizes = [p.stat().st_size for p in paths.values()]
+    limit = sum(sizes) + min(sizes) // 2  # three entries fit, four do not
+    monkeypatch.setenv("AOTGRAD_CACHE_MAX_SIZE", str(limit))
+    aotgrad.aot_function(_scaled(4.0), compilers.nop, cache=tmp_path)(x).backward()
+    left = entries(tmp_path)
+    assert paths[2.0] not in left  # the least recently used
+    assert paths[1.0] in left and paths[3.0] in left and len(left) == 3
+    assert sum(p.stat().st_size for p in left) <= limit
+    debug_log.clear()
+    aotgrad.aot_function(_scaled(2.0), compilers.nop, cache=tmp_path)(x).backward()  # evicted: traced again
+    assert _loads(debug_log) == 0 and len(entries(tmp_path)) == 3
+
+
+def test_evict_skips_what_vanished_and_removes_stale_temporaries(tmp_path, monkeypatch):
+    sub = tmp_path / "ab"
+    sub.mkdir()
+    for k in range(4):
+        (sub / f"{k}.entry").write_bytes(b"x" * 100)
+        os.utime(sub / f"{k}.entry", (1000 + k, 1000 + k))
+    stale, fresh = sub / ".tmp-old.entry", sub / ".tmp-new.entry"
+    stale.write_bytes(b"partial")
+    fresh.write_bytes(b"partial")
+    os.utime(stale, (1000, 1000))
+    real_unlink = os.unlink
+
+    def racing_unlink(path):  # another process deleted entry 0 first
+        if str(path).endswith("0.entry"):
+            real_unlink(path)
+            raise FileNotFoundError(path)
+        real_unlink(path)
+
+    monkeypatch.setattr(cache.os, "unlink", racing_unlink)
+    deleted = cache.evict(tmp_path, 250, keep=sub / "1.entry")
+    monkeypatch.undo()
+    assert deleted == 1  # entry 2; entry 0 vanished meanwhile and counts as gone, entry 1 is kept
+    assert sorted(p.name for p in sub.iterdir()) == [".tmp-new.entry", "1.entry", "3.entry"]
+    assert cache.evict(tmp_path / "missing", 10) == 0
+
+
+def test_concurrent_writers_under_a_small_bound(tmp_path):
+    probe = tmp_path / "probe"
+    run_worker(probe)
+    largest = max(p.stat().st_size for p in entries(probe))
+    limit = 2 * largest  # room for two of the worker's four entries: every store evicts
+    env = dict(os.environ, AOTGRAD_CACHE_DIR=str(tmp_path / "bounded"), PYTHONPATH=os.pathsep.join(sys.path),
+               AOTGRAD_CACHE_MAX_SIZE=str(limit))
+    env.pop("AOTGRAD_CACHE", None)
+    procs = [
+        subprocess.Popen([sys.executable, str(WORKER), "--rounds", "2"], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outs]
+    assert parse(outs[0][0])[0] == parse(outs[1][0])[0] == parse(run_worker(probe).stdout)[0]
+    left = entries(tmp_path / "bounded")
+    assert left and sum(p.stat().st_size for p in left) <= limit
+    assert not list((tmp_path / "bounded").rglob(".tmp-*"))

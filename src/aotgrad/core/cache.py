@@ -26,6 +26,12 @@ Safety, by construction:
 Where: the ``cache`` option (``aot_function(..., cache=...)``): ``False`` disables it, a
 path moves it; by default ``$AOTGRAD_CACHE_DIR``, else ``$XDG_CACHE_HOME/aotgrad``, else
 ``~/.cache/aotgrad``; ``AOTGRAD_CACHE=0`` disables the default.
+
+Size: the directory is kept under ``$AOTGRAD_CACHE_MAX_SIZE`` (bytes, or with a ``K``/``M``/
+``G`` suffix; default 1 GiB; ``0`` for no bound) by evicting the least recently used
+entries (:func:`evict`): a hit sets its entry's modification time, and a store scans the
+directory now and then (on average once per 1/16 of the bound written, by any process).
+Concurrent processes need no lock: a reader that loses an entry to eviction has a miss.
 """
 
 from __future__ import annotations
@@ -39,8 +45,10 @@ import io
 import logging
 import os
 import pickle
+import random
 import sys
 import tempfile
+import time
 import types
 import warnings
 from collections.abc import Callable
@@ -55,7 +63,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch._C import _functionalization
 from torch.multiprocessing.reductions import StorageWeakRef
 
-__all__ = ["EntryStore", "StoredEntry", "Uncacheable", "cache_location"]
+__all__ = ["EntryStore", "StoredEntry", "Uncacheable", "cache_location", "evict", "size_limit"]
 
 log = logging.getLogger("aotgrad")
 
@@ -90,6 +98,91 @@ def cache_location(setting: Any) -> Path | None:
         return Path(where)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "aotgrad"
+
+
+#: the default bound on the cache directory's size (``$AOTGRAD_CACHE_MAX_SIZE``)
+DEFAULT_SIZE_LIMIT = 1 << 30
+_SIZE_SUFFIXES = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
+                  "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30, "T": 1 << 40, "TB": 1 << 40,
+                  "TIB": 1 << 40}
+
+
+def size_limit() -> int | None:
+    """The bound on the cache directory's size in bytes, None for none:
+    ``$AOTGRAD_CACHE_MAX_SIZE`` (``1073741824``, ``500M``, ``2G``; ``0``: no bound), else
+    :data:`DEFAULT_SIZE_LIMIT` (1 GiB). A value that does not parse is logged at WARNING and
+    the default used."""
+    text = os.environ.get("AOTGRAD_CACHE_MAX_SIZE", "").strip()
+    if not text:
+        return DEFAULT_SIZE_LIMIT
+    number = text.rstrip("KMGTBIkmgtbi ")
+    try:
+        value = float(number) * _SIZE_SUFFIXES[text[len(number):].strip().upper()]
+    except (KeyError, ValueError):
+        log.warning("aotgrad: AOTGRAD_CACHE_MAX_SIZE=%r is not a size (e.g. 500M, 2G, 0); using 1G", text)
+        return DEFAULT_SIZE_LIMIT
+    return None if value <= 0 else int(value)
+
+
+#: decides when a store scans the directory; its own generator, so that the user's
+#: ``random`` stream is not advanced by a compile
+_SCAN_DRAW = random.Random()
+
+#: a temporary file older than this is a crashed writer's, removed by :func:`evict`
+_STALE_TEMPORARY_SECONDS = 3600.0
+
+
+def evict(directory: Path, limit: int, keep: Path | None = None) -> int:
+    """Delete the least recently used entries (oldest modification time first) until the
+    entries in ``directory`` total at most ``limit`` bytes; ``keep`` (the entry just
+    written) is never deleted. Temporary files left by crashed writers are removed too.
+    Safe beside other processes: files that vanish meanwhile are skipped. Returns the
+    number of entries deleted."""
+    found: list[tuple[float, int, str]] = []
+    total = 0
+    now = time.time()
+    try:
+        subdirs = [e.path for e in os.scandir(directory) if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return 0
+    for sub in subdirs:
+        try:
+            listing = list(os.scandir(sub))
+        except OSError:
+            continue
+        for e in listing:
+            try:
+                st = e.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if e.name.endswith(".entry") and not e.name.startswith("."):
+                found.append((st.st_mtime, st.st_size, e.path))
+                total += st.st_size
+            elif e.name.startswith(".tmp-") and now - st.st_mtime > _STALE_TEMPORARY_SECONDS:
+                _unlink(e.path)
+    if total <= limit:
+        return 0
+    found.sort()
+    kept = None if keep is None else str(keep)
+    deleted = 0
+    for _, size, path in found:
+        if total <= limit:
+            break
+        if path == kept:
+            continue
+        if _unlink(path):
+            deleted += 1
+        total -= size  # gone either way: deleted here, or by another process
+    log.debug("aotgrad: cache %s over its size bound (%d bytes): %d entries evicted", directory, limit, deleted)
+    return deleted
+
+
+def _unlink(path: str) -> bool:
+    try:
+        os.unlink(path)
+        return True
+    except OSError:
+        return False
 
 
 @functools.cache
@@ -798,6 +891,10 @@ class EntryStore:
         except Exception as exc:  # noqa: BLE001 - a bad entry is ignored and rewritten
             log.debug("aotgrad: ignoring cache entry %s: %s: %s", self.path, type(exc).__name__, exc)
             return None
+        try:
+            os.utime(self.path)  # recently used: the last entry eviction would pick
+        except OSError:
+            pass  # evicted meanwhile, or a read-only cache: the entry was still read whole
         log.debug("aotgrad: %s loaded from cache %s", self.name, self.path)
         return stored
 
@@ -811,6 +908,10 @@ class EntryStore:
             log.debug("aotgrad: not caching %s: %s: %s", self.name, type(exc).__name__, exc)
             return
         blob = _MAGIC + self.key.encode() + hashlib.sha256(payload).digest() + payload
+        limit = size_limit()
+        if limit is not None and len(blob) > limit:
+            log.debug("aotgrad: not caching %s: its entry (%d bytes) exceeds the cache's size bound", self.name, len(blob))
+            return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".tmp-", suffix=".entry")
@@ -825,3 +926,7 @@ class EntryStore:
             log.debug("aotgrad: could not write cache entry %s: %s", self.path, exc)
             return
         log.debug("aotgrad: %s stored in cache %s", self.name, self.path)
+        # A scan of the directory per 1/16 of the bound written, on average, whichever
+        # process writes: the directory stays within about 1/16 of its bound.
+        if limit is not None and _SCAN_DRAW.random() < 16 * len(blob) / limit:
+            evict(self.path.parent.parent, limit, keep=self.path)
