@@ -38,7 +38,7 @@ from .runtime import BackwardSpec, CompiledRuntime
 from .signature import GraphSignature, graph_outputs
 from .subclasses import SubclassBoundary, holds_subclass, subclass_boundary
 from .symbolic import ShapeGuard, SymbolicLeaves, fake_graph_inputs, plan_symbolic
-from .tracing import _primals, trace_inference, trace_joint
+from .tracing import _primals, analyze_tracing_inference, trace_inference, trace_joint
 
 __all__ = ["CompiledEntry", "compile_entry"]
 
@@ -134,6 +134,8 @@ class _AnalyzedCall:
     fake_mode: FakeTensorMode
     #: seconds per stage so far (CompiledEntry.stage_seconds), filled as the stages run
     times: dict[str, float] = field(default_factory=dict)
+    #: the inference graph, traced during the analysis run itself (see :func:`_one_pass`)
+    inference_graph: torch.fx.GraphModule | None = None
 
 
 @contextlib.contextmanager
@@ -185,17 +187,40 @@ def _fake_call(layout: InputLayout, call_inputs: list[Any], symbolic: SymbolicLe
 
 
 def _analyze_timed(
-    fn: Callable, layout: InputLayout, call_inputs: list[Any], grad_enabled: bool, symbolic: SymbolicLeaves | None
+    fn: Callable, layout: InputLayout, call_inputs: list[Any], grad_enabled: bool, symbolic: SymbolicLeaves | None,
+    config: AotConfig | None = None,
 ) -> _AnalyzedCall:
-    """:func:`_analyze_call`, its time recorded as the "analysis" stage."""
+    """:func:`_analyze_call`, its time recorded as the "analysis" stage (which then also
+    holds tracing, where the inference graph is traced in the same run: :func:`_one_pass`)."""
     start = time.perf_counter()
-    call = _analyze_call(fn, layout, call_inputs, grad_enabled, symbolic)
+    call = _analyze_call(fn, layout, call_inputs, grad_enabled, symbolic, config)
     call.times["analysis"] = time.perf_counter() - start
     return call
 
 
+def _one_pass(config: AotConfig | None, call_inputs: list[Any], grad_enabled: bool) -> bool:
+    """Whether the inference graph is traced in the analysis run itself
+    (:func:`~aotgrad.core.tracing.analyze_tracing_inference`) instead of in a second run:
+    where the entry will be an inference entry (grad mode off, or no input requiring grad)
+    and the analysis's fake inputs are what tracing's would be: plain leaf tensors, no view
+    base, no inference tensors; static sizes (checked by the caller); no decompositions
+    (they may change the fake values the analysis reads) and no source lines recorded."""
+    if config is None or config.record_source_lines or config.trace_decompositions:
+        return False
+    tensors = [t for t in call_inputs if isinstance(t, torch.Tensor)]
+    if grad_enabled and any(t.requires_grad for t in tensors):
+        return False
+    if torch.is_inference_mode_enabled():
+        return False
+    return all(
+        type(t) in (torch.Tensor, torch.nn.Parameter) and t.is_leaf and t._base is None and not t.is_inference()
+        for t in tensors
+    )
+
+
 def _analyze_call(
-    fn: Callable, layout: InputLayout, call_inputs: list[Any], grad_enabled: bool, symbolic: SymbolicLeaves | None
+    fn: Callable, layout: InputLayout, call_inputs: list[Any], grad_enabled: bool, symbolic: SymbolicLeaves | None,
+    config: AotConfig | None = None,
 ) -> _AnalyzedCall:
     """Analysis, then synthetic bases (and a second analysis over them) where needed."""
     if symbolic is not None and holds_subclass(call_inputs):
@@ -204,9 +229,24 @@ def _analyze_call(
     fake_call = _fake_call(layout, call_inputs, symbolic, fake_mode)
     program = layout.program_of(fn)
     rng_state = torch.random.get_rng_state()
+    inference_graph = None
     try:
         with _GeneratorStateCalls() as calls:
-            call_analysis = analyze(program, fake_call, fake_mode, grad_enabled=grad_enabled)
+            if symbolic is None and _one_pass(config, call_inputs, grad_enabled):
+                assert config is not None
+                call_analysis, inference_graph = analyze_tracing_inference(
+                    program,
+                    lambda p, inputs: analyze(p, inputs, fake_mode, grad_enabled=grad_enabled),
+                    fake_call, fake_mode,
+                    lambda a: not (
+                        records_autograd(a.metadata, grad_enabled)
+                        and any(isinstance(t, torch.Tensor) and t.requires_grad for t in call_inputs)
+                    )
+                    and not any(i.mutates_metadata for i in a.metadata.input_info)
+                    and not (config.keep_inference_input_mutations and a.metadata.mutated_input_indices),
+                )
+            else:
+                call_analysis = analyze(program, fake_call, fake_mode, grad_enabled=grad_enabled)
     finally:
         reseeded = calls.seen or not torch.equal(rng_state, torch.random.get_rng_state())
         torch.random.set_rng_state(rng_state)
@@ -222,7 +262,10 @@ def _analyze_call(
     n = layout.num_distinct  # the SymInt inputs after the tensors alias nothing
     input_aliasing = plan_input_aliasing(call_inputs[:n], fake_call[:n], call_analysis.metadata)
     if input_aliasing is None:
-        return _AnalyzedCall(program, call_analysis, call_analysis, None, call_inputs, fake_call, fake_mode)
+        return _AnalyzedCall(
+            program, call_analysis, call_analysis, None, call_inputs, fake_call, fake_mode,
+            inference_graph=inference_graph,
+        )
     if call_analysis.metadata.sets_requires_grad:
         raise AotgradCompileError(
             f"aotgrad: the program makes input {call_analysis.metadata.sets_requires_grad[0]} require "
@@ -407,6 +450,8 @@ def _compile_inference(
     signature = call.analysis.signature.without_mutations(kept)
     if stored is not None:
         gm = stored.graphs["inference"]
+    elif call.inference_graph is not None and not kept:
+        gm = call.inference_graph  # traced in the analysis run
     else:
         with _stage(call.times, "tracing"), _source_marks(config):
             gm = trace_inference(
@@ -485,7 +530,7 @@ def _compile_entry(
     grad_enabled = torch.is_grad_enabled()
     stored = None if store is None else store.load()
     if stored is None:
-        call = _analyze_timed(fn, layout, call_inputs, grad_enabled, symbolic)
+        call = _analyze_timed(fn, layout, call_inputs, grad_enabled, symbolic, config)
     else:  # the analysis as stored; the fake inputs made as analysis makes them
         fake_call = _fake_call(layout, call_inputs, None, stored.fake_mode)
         program = layout.program_of(fn)
@@ -495,7 +540,7 @@ def _compile_entry(
     if stored is not None and not stored.fits(training):
         log.debug("aotgrad: ignoring cache entry %r: not a %s entry", store, "training" if training else "inference")
         stored = None
-        call = _analyze_timed(fn, layout, call_inputs, grad_enabled, symbolic)
+        call = _analyze_timed(fn, layout, call_inputs, grad_enabled, symbolic, config)
         md = call.analysis.metadata
         training, anchored = _is_training(md, grad_enabled, call.graph_inputs)
     log.debug(

@@ -29,7 +29,7 @@ from .eager_rewrites import EagerRewrites
 from .effects import effects_as_ordered_nodes, is_effectful
 from .signature import GraphSignature, mark_tangents
 
-__all__ = ["IN_CUSTOM_FUNCTION", "NO_GRAD", "JointGraph", "NoGradMarks", "trace_function", "trace_inference", "trace_joint", "trace_loss_joint"]
+__all__ = ["IN_CUSTOM_FUNCTION", "NO_GRAD", "JointGraph", "NoGradMarks", "analyze_tracing_inference", "trace_function", "trace_inference", "trace_joint", "trace_loss_joint"]
 
 Program = Callable[..., tuple[list[Any], Any]]
 
@@ -412,6 +412,76 @@ def trace_inference(
     gm.recompile()
     signature.check_forward_graph(gm, saved=False)
     return gm
+
+
+def analyze_tracing_inference(
+    program: Program,
+    analyze: Callable[[Program, list[Any]], Analysis],
+    fake_inputs: list[torch.Tensor],
+    fake_mode: FakeTensorMode,
+    usable: Callable[[Analysis], bool],
+) -> tuple[Analysis, torch.fx.GraphModule | None]:
+    """The analysis and the inference graph from one run of the program.
+
+    ``analyze(program, inputs)`` runs under make_fx: the program's ops are traced, the
+    analysis's own work after the run is not (the proxy mode is set aside meanwhile), and
+    the graph returns what the analysis's signature lays out, as :func:`trace_inference`'s
+    does without kept mutations. For static inputs that are fake leaves of ``fake_mode``
+    without a view base, requiring grad as the call's do: what :func:`trace_inference`'s
+    primals would be. ``usable(analysis)`` says whether the graph serves the entry (an
+    inference entry, no metadata mutation, no synthetic bases). The graph is None where it
+    does not, or where an output came out of the analysis's own work untraced: then
+    :func:`trace_inference` traces it as usual. Errors are the analysis's, unchanged.
+    """
+    state: dict[str, Any] = {}
+
+    def analysed_program(*f_inputs: Any) -> tuple[list[Any], Any]:
+        out_leaves, spec = program(*f_inputs)
+        state["run"] = (f_inputs, out_leaves)
+        state["proxy"] = torch._C._unset_dispatch_mode(torch._C._TorchDispatchModeKey.PROXY)
+        return out_leaves, spec
+
+    def traced(primals: list) -> list:
+        try:
+            analysis = analyze(analysed_program, primals)
+        finally:
+            proxy = state.pop("proxy", None)
+            if proxy is not None:
+                torch._C._set_dispatch_mode(proxy)
+        state["analysis"] = analysis
+        if not usable(analysis):
+            return []
+        f_inputs, out_leaves = state["run"]
+        signature = analysis.signature
+        bases = [out_leaves[j]._base for j in analysis.intermediate_base_sources]
+        if any(b is None for b in bases):
+            return []
+        outs = signature.pack_forward(
+            [f_inputs[i] for i in signature.mutated_inputs], [out_leaves[j] for j in signature.user_outputs], bases
+        )
+        state["graph"] = True
+        return [from_functional(o) for o in outs]
+
+    with fake_mode, effects_as_ordered_nodes():
+        gm = make_fx(traced, tracing_mode="real")(list(fake_inputs))
+    analysis = state["analysis"]
+    if not state.get("graph") or _holds_fake_constant(gm):
+        return analysis, None
+    gm.graph._codegen = torch.fx.graph.CodeGen()
+    gm.graph.eliminate_dead_code(is_impure_node=_keep_node)
+    gm.recompile()
+    analysis.signature.check_forward_graph(gm, saved=False)
+    return analysis, gm
+
+
+def _holds_fake_constant(gm: torch.fx.GraphModule) -> bool:
+    """A graph constant is a fake tensor (an output not traced: see
+    :func:`analyze_tracing_inference`; or the program reads one, which the trace refuses)."""
+    try:
+        _refuse_fake_constants(gm)
+    except AotgradCompileError:
+        return True
+    return False
 
 
 def _primals(fake_inputs: list[Any], fake_mode: FakeTensorMode) -> list[Any]:
