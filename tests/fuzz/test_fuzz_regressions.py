@@ -1747,6 +1747,38 @@ def f(b):
     )
 
 
+def test_pow__on_intermediate_transposed_in_place_keeps_strides():
+    """t4 = zeros((1, 2)); t4.t_() under no_grad; t4.pow_(2): eager's t4 keeps the strides (1, 2) of its t_(); the functional pow's output was laid out (1, 1)."""
+    check_case(
+        source='''
+def f(a):
+    t4 = torch.zeros((1, 2))
+    with torch.no_grad():
+        t4.t_()
+    t4.pow_(2)
+    return t4,
+''',
+        inputs={'bases': [{'shape': [4, 1], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        seed=763,
+    )
+
+
+def test_setitem_through_view_of_intermediate_keeps_its_strides():
+    """t0 = where(...) of an expanded input, written through a transposed, squeezed view: eager's t0 keeps the strides (4, 1, 1) it was made with; the functional scatter came back (4, 1, 4)."""
+    check_case(
+        source='''
+def f(a):
+    t0 = torch.where(a > 0, a, a)
+    t1 = t0.transpose(2, 0)
+    t2 = t1.squeeze()
+    t2[1:] = 1.0
+    return t0,
+''',
+        inputs={'bases': [{'shape': [4, 1], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.expand(2, *(4, 1))'}]},
+        seed=2291,
+    )
+
+
 # --------------------------------------------------------------------------- found against torch's aot_function
 # (AOTGRAD_FUZZ_IMPL=torch); checked here against aotgrad.
 

@@ -32,6 +32,7 @@ from .analysis import Analysis, analyze, reject_inplace_on_leaves
 from .cache import EntryStore, StoredEntry
 from .frontend import EntryGuard, InputLayout, layout_for
 from .higher_order import DifferentiableBackward
+from .layout import eager_layouts, restriding
 from .metadata import OutputType, ViewAndMutationMetadata
 from .provenance import SourceMarks
 from .runtime import BackwardSpec, CompiledRuntime
@@ -398,7 +399,7 @@ def _compile_training(
     )
     with _stage(call.times, "compile forward"):
         fw_compiled, _ = _compile_graph("forward", config.fw_compiler, fw_module, list(primals), call.fake_mode)
-    fw_callable = _detaching(fw_compiled, _view_outputs(fw_module, md, signature))
+    fw_callable = restriding(_detaching(fw_compiled, _view_outputs(fw_module, md, signature)), eager_layouts(fw_module, md, signature))
     bw_inputs = [n.meta.get("val") for n in bw_module.graph.find_nodes(op="placeholder")]
     with _stage(call.times, "compile backward"):
         bw_callable, bw_boundary = _compile_graph("backward", config.bw_compiler, bw_module, bw_inputs, call.fake_mode)
@@ -463,7 +464,7 @@ def _compile_inference(
         example = [t.detach() if isinstance(t, torch.Tensor) else t for t in call.fake_inputs]
     with _stage(call.times, "compile inference"):
         compiled, _ = _compile_graph("inference", config.inference_compiler, gm, example, call.fake_mode)
-    fw_callable = _detaching(compiled, _view_outputs(gm, md, signature))
+    fw_callable = restriding(_detaching(compiled, _view_outputs(gm, md, signature)), eager_layouts(gm, md, signature))
     return CompiledRuntime(md, signature, call.analysis.out_spec, positional(fw_callable), None, **_runtime_context(call))
 
 

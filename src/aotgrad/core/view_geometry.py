@@ -61,6 +61,12 @@ class EagerViewGeometry(TorchFunctionMode):
         #: id(view) -> (the view, how many leading steps of its view chain were made under
         #: no_grad of a base that requires grad: eager's gradient stops there)
         self.no_grad_steps: dict[int, tuple[torch.Tensor, int]] = {}
+        #: id(intermediate) -> (the tensor; its root shadow): a tensor an op made (no view),
+        #: laid out as eager made it. Eager keeps that layout through in-place data ops,
+        #: where functionalization's value takes the layout of the out-of-place op that
+        #: replaced it; in-place metadata ops are applied to the shadow. Views of it are not
+        #: followed (their geometry is functionalization's, as the runtime rebuilds them).
+        self.roots: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         with _disable_current_modes():
             for f, fake in inputs:
                 storage = torch.empty(
@@ -76,6 +82,9 @@ class EagerViewGeometry(TorchFunctionMode):
         """``t``'s (size, stride, storage_offset) as eager has it now; the functional one
         where ``t`` is not an input or a view derived from one."""
         shadow = self._shadow(t)
+        if shadow is None:
+            entry = self.roots.get(id(t)) if isinstance(t, FunctionalTensor) else None
+            shadow = entry[1] if entry is not None and entry[0] is t else None
         return _geometry(shadow if shadow is not None else t)
 
     def no_grad_prefix(self, t: torch.Tensor) -> int:
@@ -89,9 +98,11 @@ class EagerViewGeometry(TorchFunctionMode):
         shadow = self._shadow(args[0]) if args else None
         if shadow is None:
             out = func(*args, **kwargs)
-            if args and isinstance(args[0], FunctionalTensor):
-                with torch._C.DisableTorchFunction():
+            with torch._C.DisableTorchFunction():
+                if args and isinstance(args[0], FunctionalTensor):
                     self._note_no_grad_views(args[0], out)
+                    self._follow_root(func, getattr(func, "__name__", ""), args, kwargs)
+                self._note_roots(func, out)
             return out
         name = getattr(func, "__name__", "")
         if name in _STORAGE_ADDRESSING and _relaid_out(args[0], shadow):
@@ -104,7 +115,49 @@ class EagerViewGeometry(TorchFunctionMode):
         out = func(*args, **kwargs)
         with torch._C.DisableTorchFunction():  # the attribute reads below are no program ops
             self._follow(func, name, args, kwargs, shadow, out)
+            self._note_roots(func, out)
         return out
+
+    def _note_roots(self, func, out: Any) -> None:
+        """Shadow the fresh tensors (no views, no inputs) ``func`` returned: at creation
+        functionalization's layout is eager's."""
+        if getattr(func, "__name__", "") == "__get__":
+            return  # an attribute (``._base``, ``.data``) makes no new tensor
+        for r in out if isinstance(out, (tuple, list)) else (out,):
+            if (
+                not isinstance(r, FunctionalTensor) or r._base is not None
+                or id(r) in self.roots or self._shadow(r) is not None
+            ):
+                continue
+            geometry = _geometry(r)
+            if any(isinstance(x, torch.SymInt) for x in (*geometry[0], *geometry[1], geometry[2])):
+                continue
+            try:
+                nbytes = r.untyped_storage().nbytes()
+            except Exception:  # noqa: BLE001 - no storage to lay a shadow over
+                continue
+            if isinstance(nbytes, torch.SymInt):
+                continue
+            with _outside_tracing():
+                storage = torch.empty(nbytes // r.element_size(), dtype=r.dtype, device="meta")
+                self.roots[id(r)] = (r, storage.as_strided(*geometry))
+
+    def _follow_root(self, func, name: str, args: tuple, kwargs: dict) -> None:
+        """Apply an in-place metadata op on an intermediate to its root shadow (data ops keep
+        eager's layout); forget the shadow where it cannot follow."""
+        entry = self.roots.get(id(args[0]))
+        if entry is None or entry[0] is not args[0]:
+            return
+        if name in _UNSHADOWABLE:
+            del self.roots[id(args[0])]
+            return
+        if name not in _METADATA_INPLACE:
+            return
+        try:
+            with _outside_tracing():
+                func(entry[1], *args[1:], **kwargs)
+        except Exception:  # noqa: BLE001 - the functional layout is used instead
+            del self.roots[id(args[0])]
 
     def _follow(self, func, name: str, args: tuple, kwargs: dict, shadow: torch.Tensor, out: Any) -> None:
         """Apply to ``shadow`` what ``func`` did to ``args[0]`` (an in-place metadata op), or

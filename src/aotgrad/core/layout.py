@@ -1,0 +1,109 @@
+"""Eager's strides for the graph's fresh outputs: which forward outputs the runtime re-strides.
+
+Eager keeps a tensor's layout through in-place data ops (``t.t_(); t.pow_(2)`` leaves ``t``
+with the transposed strides). The functional graph computes the new value out of place, so
+its output takes the layout the out-of-place op chooses. Analysis records eager's layout
+of each non-aliased output (:class:`~aotgrad.core.view_geometry.EagerViewGeometry` shadows
+the program's intermediates); where it differs from the traced value's, the runtime gives the
+graph output eager's strides once it is computed, inside the forward:
+
+- only in dims of size 1 (or an empty tensor): the same elements at the same addresses, so
+  the tensor is re-strided in place (``as_strided_``, no copy);
+- otherwise, where eager's layout is dense and starts at offset 0: copied into a tensor laid
+  out as eager's (one copy, only for these outputs).
+
+Where neither applies the output keeps the graph's layout. Outputs are decided at compile
+time from the traced values (symbolic sizes: none); a call does nothing for other outputs.
+Eager's layout is derived from the traced (meta) layouts, so an output is re-strided only
+where the compiled forward produced the traced layout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.fx
+
+from ..compilers import positional
+from .metadata import OutputType, ViewAndMutationMetadata
+from .signature import GraphSignature, graph_outputs
+
+__all__ = ["eager_layouts", "restriding"]
+
+#: (forward-output position, size, eager's stride, the traced stride, copy): ``copy`` False
+#: re-strides in place
+Layout = tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...], bool]
+
+
+def _same_addresses(size, a, b) -> bool:
+    """Two strides of one size address the same elements (they differ only in size-1 dims)."""
+    if any(s == 0 for s in size):
+        return True
+    return all(x == y for s, x, y in zip(size, a, b) if s != 1)
+
+
+def _dense_from_zero(size, stride, offset) -> bool:
+    """A non-overlapping, dense layout starting at the storage's start (``empty_strided``
+    makes it)."""
+    if offset != 0:
+        return False
+    dims = sorted((st, sz) for sz, st in zip(size, stride) if sz != 1)
+    expected = 1
+    for st, sz in dims:
+        if st != expected:
+            return False
+        expected *= sz
+    return True
+
+
+def eager_layouts(gm: torch.fx.GraphModule, md: ViewAndMutationMetadata, signature: GraphSignature) -> tuple[Layout, ...]:
+    """The forward outputs (non-aliased user outputs) whose traced layout is not eager's."""
+    outs = graph_outputs(gm)
+    layouts = []
+    for j in signature.user_outputs:
+        info = md.output_info[j]
+        if info.output_type is not OutputType.non_alias or info.duplicate_of is not None or info.custom_function_view:
+            continue
+        p = signature.user_output_positions[j]
+        node = outs[p]
+        val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+        if not isinstance(val, torch.Tensor):
+            continue
+        size, stride = tuple(info.size), tuple(info.stride)
+        if any(isinstance(x, torch.SymInt) for x in (*size, *stride, *val.shape, *val.stride())):
+            continue
+        if tuple(val.shape) != size or tuple(val.stride()) == stride:
+            continue
+        if _same_addresses(size, stride, tuple(val.stride())):
+            layouts.append((p, size, stride, tuple(val.stride()), False))
+        elif _dense_from_zero(size, stride, info.storage_offset):
+            layouts.append((p, size, stride, tuple(val.stride()), True))
+    return tuple(layouts)
+
+
+def restriding(compiled: Callable, layouts: tuple[Layout, ...]) -> Callable:
+    """``compiled`` with the outputs ``layouts`` names given eager's strides."""
+    if not layouts:
+        return compiled
+    compiled = positional(compiled)
+
+    def forward(*args: Any) -> list:
+        outs = list(compiled(*args))
+        for p, size, stride, traced, copy in layouts:
+            t = outs[p]
+            if t.stride() != traced:
+                # the kernels chose another layout than the trace's meta functions (they differ
+                # in size-1 dims now and then): eager's was derived from the trace's, so it
+                # is not known here; the output keeps its own
+                continue
+            if not copy:
+                t.as_strided_(size, stride, t.storage_offset())
+            else:
+                new = torch.empty_strided(size, stride, dtype=t.dtype, device=t.device)
+                new.copy_(t)
+                outs[p] = new
+        return outs
+
+    return forward
