@@ -20,6 +20,7 @@ import torch.utils._pytree as pytree
 from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch._subclasses.functional_tensor import FunctionalTensorMode
+from torch.fx._lazy_graph_module import _use_lazy_graph_module
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
 from torch.overrides import TorchFunctionMode
 
@@ -102,7 +103,12 @@ def _clone_keeping_strides(x: torch.Tensor) -> torch.Tensor:
     return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device).copy_(x)
 
 
-def _trace(fn: Callable, args: tuple, decompositions: dict | None, fake_mode: FakeTensorMode) -> torch.fx.GraphModule:
+def _trace(
+    fn: Callable, args: tuple, decompositions: dict | None, fake_mode: FakeTensorMode, *, lazy: bool = False
+) -> torch.fx.GraphModule:
+    """``fn`` traced over ``args`` into a graph with flat positional placeholders. ``lazy``:
+    a graph no compiler is handed (the joint, which the partitioner splits) generates its
+    Python code only when something reads or calls it (torch's ``_LazyGraphModule``)."""
     # Inputs that are already plain fake tensors of ``fake_mode`` (static sizes) are traced
     # as they are; make_fx's "fake" mode would convert each one into a new fake tensor first.
     tracing_mode = "real" if fake_mode.shape_env is None and all(
@@ -110,7 +116,7 @@ def _trace(fn: Callable, args: tuple, decompositions: dict | None, fake_mode: Fa
         for t in pytree.tree_leaves(args) if isinstance(t, torch.Tensor)
     ) else "fake"
     try:
-        with fake_mode, effects_as_ordered_nodes():
+        with fake_mode, effects_as_ordered_nodes(), _use_lazy_graph_module(lazy):
             gm = make_fx(fn, decomposition_table=decompositions or {}, tracing_mode=tracing_mode)(*args)
     except AotgradCompileError:
         raise
@@ -228,7 +234,7 @@ def trace_joint(
         return [[from_functional(o) for o in fw_outs], [from_functional(g) for g in grads] + new_values]
 
     found: list[tuple[int, ...]] = []
-    gm = _trace(joint, (primals, tangents), decompositions, fake_mode)
+    gm = _trace(joint, (primals, tangents), decompositions, fake_mode, lazy=True)
     mark_tangents(gm.graph, len(primals))
     if found and found[-1]:
         signature = replace(signature, backward_mutated_inputs=found[-1])
