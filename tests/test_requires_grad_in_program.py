@@ -106,7 +106,46 @@ def already_requires_grad(a, b):
     return c * 2
 
 
+def leaf_returned_and_used(a, b):
+    t = a * 2
+    t.requires_grad_()
+    return t, t * 3 + b
+
+
+def detached_leaf_returned_and_used(a, b):
+    t = b.detach().requires_grad_()
+    return t, t * 2
+
+
+def no_grad_leaf_used_after(a, b):
+    with torch.no_grad():
+        t = a * 2
+        t.requires_grad_()
+    return t * 3, t
+
+
+def input_view_leaf_returned_and_used(a, b):
+    v = a.view(-1)
+    v.requires_grad_(True)
+    return v, v * 2
+
+
+def leaf_base_of_a_view_and_used(a, b):
+    t = a * 2
+    t.requires_grad_()
+    return t.view(-1), (t * b).sum()
+
+
+def leaf_feeds_an_input_mutation(a, b):
+    t = a * 2
+    t.requires_grad_()
+    b.mul_(t)
+    return t
+
+
 PROGRAMS = [
+    leaf_returned_and_used, detached_leaf_returned_and_used, no_grad_leaf_used_after,
+    input_view_leaf_returned_and_used, leaf_base_of_a_view_and_used, leaf_feeds_an_input_mutation,
     view_of_input, view_of_input_used, view_of_new_leaf_not_returned, input_itself,
     input_flag_set_after_use, input_returned, intermediate_used, intermediate_returned_alone,
     intermediate_base_of_views, detach_then_requires_grad, detach_then_requires_grad_returned,
@@ -122,8 +161,14 @@ def _none_requires_grad():
     return [torch.randn(3, 3), torch.randn(3, 3)]
 
 
+def _b_non_leaf():
+    return [torch.randn(3, 3), torch.randn(3, 3, requires_grad=True) * 1]
+
+
 @pytest.mark.parametrize("grad_mode", [True, False], ids=["grad", "no_grad"])
-@pytest.mark.parametrize("make", [_b_requires_grad, _none_requires_grad], ids=["b_requires_grad", "none_requires_grad"])
+@pytest.mark.parametrize(
+    "make", [_b_requires_grad, _none_requires_grad, _b_non_leaf], ids=["b_requires_grad", "none_requires_grad", "b_non_leaf"]
+)
 @pytest.mark.parametrize("fn", PROGRAMS, ids=lambda f: f.__name__)
 def test_requires_grad_inside_the_program_matches_eager(fn, make, grad_mode):
     check(fn, make, grad_mode=grad_mode)
@@ -175,23 +220,47 @@ def test_input_made_to_require_grad_gets_its_gradient_and_keeps_the_flag():
     assert len(compiled.entries) == 2
 
 
-@pytest.mark.parametrize("grad_mode", [True, False], ids=["grad", "no_grad"])
-def test_returned_leaf_feeding_another_output_is_refused_naming_the_line(grad_mode):
-    def returned_and_used(a, b):
-        t = a * 2
-        t.requires_grad_()  # the line named
-        return t, t * 3
+def _leaf_grads(fn, make):
+    """Run ``fn``, backpropagate the sum of every output that requires grad, and return the
+    ``.grad`` of each output (and output ``_base``) that is a leaf, and of the inputs."""
+    torch.manual_seed(0)
+    inputs = make()
+    outs = fn(*inputs)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    total = sum(o.sum() for o in outs if o.requires_grad)
+    total.backward()
+    seen = [*outs, *[o._base for o in outs if o._base is not None]]
+    return [t.grad for t in seen if t.is_leaf and t.requires_grad] + [
+        t.grad for t in inputs if t.is_leaf and t.requires_grad
+    ]
 
-    a, b = torch.randn(3), torch.randn(3, requires_grad=True)
-    compiled = aotgrad.aot_function(returned_and_used, nop)
-    if not grad_mode:  # under no_grad t * 3 does not require grad: nothing flows into t
-        with torch.no_grad():
-            check(returned_and_used, lambda: [torch.randn(3), torch.randn(3)], grad_mode=False)
-        return
-    with pytest.raises(AotgradCompileError, match=r"requires_grad_\(\) at .*t.requires_grad_\(\)") as info:
-        compiled(a, b)
-    assert "output 1" in str(info.value)
-    assert not a.requires_grad
+
+@pytest.mark.parametrize("make", [_b_requires_grad, _none_requires_grad, _b_non_leaf], ids=["b_rg", "none_rg", "b_non_leaf"])
+@pytest.mark.parametrize(
+    "fn",
+    [leaf_returned_and_used, detached_leaf_returned_and_used, no_grad_leaf_used_after,
+     input_view_leaf_returned_and_used, leaf_base_of_a_view_and_used, intermediate_returned_alone],
+    ids=lambda f: f.__name__,
+)
+def test_returned_new_leaf_gets_the_gradients_of_what_was_computed_from_it(fn, make):
+    eager = _leaf_grads(fn, make)
+    compiled = _leaf_grads(aotgrad.aot_function(fn, nop), make)
+    assert len(eager) == len(compiled)
+    for k, (e, c) in enumerate(zip(eager, compiled)):
+        assert (e is None) == (c is None), k
+        if e is not None:
+            torch.testing.assert_close(c, e)
+
+
+def test_leaf_that_is_a_view_of_an_intermediate_feeding_another_output_is_refused():
+    def f(a):
+        t = a * 2
+        v = t.view(-1)
+        v.requires_grad_()  # the line named
+        return v, v * 3
+
+    with pytest.raises(AotgradCompileError, match=r"requires_grad_\(\) at .*v.requires_grad_\(\)"):
+        aotgrad.aot_function(f, nop)(torch.randn(3, 3))
 
 
 def test_view_of_returned_input_view_leaf_is_refused():
@@ -245,3 +314,16 @@ def test_export_refuses_requires_grad_inside_the_program():
     with pytest.raises(AotgradCompileError, match="requires_grad_"):
         aotgrad.aot_export_joint_simple(f, [a, torch.randn(3, 3, requires_grad=True)], trace_joint=True)
     assert not a.requires_grad
+
+
+def test_returned_subclass_leaf_feeding_another_output_is_refused():
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    def f(a):
+        t = a * 2
+        t.requires_grad_()
+        return t, t * 3
+
+    a = TwoTensor(torch.randn(3), torch.randn(3))
+    with pytest.raises(AotgradCompileError, match="tensor subclass"):
+        aotgrad.aot_function(f, nop)(a)

@@ -32,7 +32,7 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from ..errors import AotgradCompileError, compile_error_from, current_user_line
 from .eager_rewrites import EagerRewrites
 from .effects import effects_as_ordered_nodes
-from .metadata import InputInfo, OutputInfo, OutputType, ViewAndMutationMetadata
+from .metadata import InputInfo, LeafSlot, OutputInfo, OutputType, ViewAndMutationMetadata
 from .signature import GraphSignature
 from .subclasses import TensorStructure
 from .view_geometry import EagerViewGeometry, Geometry
@@ -602,9 +602,11 @@ def analyze(
         output_info, out_leaves, [out_leaves[j]._base for j in base_sources], new_leaves, input_info
     )
     base_requires_grad = [rg and not leaf for rg, leaf in zip(base_requires_grad, base_new_leaf)]
+    leaf_slots: tuple[LeafSlot, ...] = ()
     if new_leaves:
-        _refuse_grads_into_returned_leaves(
-            out_leaves, [out_leaves[j]._base for j in base_sources], new_leaves,
+        flips = {id(t): k for k, (t, _) in enumerate(checks.new_leaves)}
+        leaf_slots = _leaf_slots(
+            out_leaves, [out_leaves[j]._base for j in base_sources], new_leaves, flips, output_info, input_info,
             [f for f, x in zip(f_inputs, input_info) if x.mutation_visible_to_autograd], (fake_mode, mode),
         )
     if not any(x.requires_grad or x.sets_requires_grad for x in input_info) and not new_leaves and any(
@@ -615,7 +617,7 @@ def analyze(
             "or captures a tensor that requires grad. Pass such tensors as arguments."
         )
     metadata = ViewAndMutationMetadata.build(
-        tuple(input_info), tuple(output_info), tuple(base_requires_grad), tuple(base_new_leaf)
+        tuple(input_info), tuple(output_info), tuple(base_requires_grad), tuple(base_new_leaf), leaf_slots
     )
     # A mutated input's forward output is its data in the original geometry (tracing.py).
     forward_outputs = GraphSignature.of_metadata(metadata)
@@ -673,36 +675,72 @@ def _rebuilt_requiring_grad(
     return True
 
 
-def _refuse_grads_into_returned_leaves(
+def _leaf_slots(
     out_leaves: list[Any],
     bases: list[torch.Tensor],
     new_leaves: dict[int, str],
+    flips: dict[int, int],
+    output_info: list[OutputInfo],
+    input_info: list[InputInfo],
     visibly_mutated_inputs: list[torch.Tensor],
     modes: tuple[Any, ...],
-) -> None:
-    """Raise where a new autograd leaf the caller can reach (an output, or the ``_base`` of
-    one) also feeds another output or an input's mutation: eager accumulates their
-    gradients into the returned leaf's ``.grad``, while the compiled graph computes that
-    leaf as a value of its own."""
+) -> tuple[LeafSlot, ...]:
+    """The new autograd leaves the caller can reach (an output, or the ``_base`` of one)
+    that also feed another output or an input's in-place change: eager accumulates those
+    gradients into the returned leaf's ``.grad``, so the runtime passes the leaf to the
+    autograd.Function (:class:`~aotgrad.core.metadata.LeafSlot`). Refused where the leaf is
+    rebuilt off another tensor after the forward (a view of an intermediate), or where the
+    output computed from it is rebuilt outside the Function (a view of an input)."""
     returned = {id(o) for o in [*out_leaves, *bases] if isinstance(o, torch.Tensor) and id(o) in new_leaves}
     if not returned:
-        return
+        return ()
     users = [
-        (f"output {j}", o) for j, o in enumerate(out_leaves)
+        (f"output {j}", o, output_info[j]) for j, o in enumerate(out_leaves)
         if isinstance(o, torch.Tensor) and o.requires_grad and id(o) not in returned
         and (o._base is None or id(o._base) not in returned)
     ]
-    users.extend((f"the in-place change of input {k}", f) for k, f in enumerate(visibly_mutated_inputs))
-    for what, t in users:
+    users.extend((f"the in-place change of input {k}", f, None) for k, f in enumerate(visibly_mutated_inputs))
+    fed: set[int] = set()
+    for what, t, info in users:
         leaf = _reaches_leaf(t, returned, modes)
-        if leaf is not None:
-            raise AotgradCompileError(
-                f"aotgrad: requires_grad_() at {new_leaves[leaf]} makes a new autograd leaf that the "
-                f"program returns, and {what} is computed from it: eager accumulates that gradient "
-                "into the returned leaf's .grad, which a compiled graph, computing the leaf as a "
-                "value of its own, cannot reproduce. Return the leaf and compute with it outside "
-                "the compiled function, or pass it in as an input."
+        if leaf is None:
+            continue
+        if info is not None and info.output_type in (OutputType.is_input, OutputType.alias_of_input):
+            _refuse_leaf(new_leaves[leaf], what, "is rebuilt as a view of an input, outside the compiled graph")
+        fed.add(leaf)
+    slots = []
+    for leaf in sorted(fed, key=lambda i: flips[i]):
+        j = next((j for j, o in enumerate(out_leaves) if o is not None and id(o) == leaf), None)
+        k = next((k for k, b in enumerate(bases) if id(b) == leaf), None)
+        value = out_leaves[j] if j is not None else bases[k]
+        if is_traceable_wrapper_subclass(from_functional(value)):
+            _refuse_leaf(
+                new_leaves[leaf], f"the leaf ({type(from_functional(value)).__name__})",
+                "is a tensor subclass, which aotgrad cannot make before the forward",
             )
+        common = {"flip": flips[leaf], "shape": tuple(value.shape), "dtype": value.dtype, "device": value.device}
+        if j is not None and output_info[j].output_type is OutputType.non_alias:
+            slots.append(LeafSlot(output=j, base=None, alias=False, **common))
+        elif j is None:
+            slots.append(LeafSlot(output=None, base=k, alias=False, **common))
+        elif (
+            output_info[j].output_type is OutputType.alias_of_input
+            and not input_info[output_info[j].call_input_index].mutates_metadata
+            and k is None
+        ):
+            slots.append(LeafSlot(output=j, base=None, alias=True, **common))
+        else:
+            _refuse_leaf(new_leaves[leaf], f"output {j}", "is a view of an intermediate, rebuilt after the compiled graph")
+    return tuple(slots)
+
+
+def _refuse_leaf(line: str, what: str, why: str) -> None:
+    raise AotgradCompileError(
+        f"aotgrad: requires_grad_() at {line} makes a new autograd leaf that the program returns, "
+        f"and other outputs are computed from it; {what} {why}, so eager's accumulation of "
+        "their gradients into the returned leaf's .grad cannot be reproduced. Return the leaf "
+        "and compute with it outside the compiled function, or pass it in as an input."
+    )
 
 
 def _reaches_leaf(t: torch.Tensor, leaves: set[int], modes: tuple[Any, ...]) -> int | None:

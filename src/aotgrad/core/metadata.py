@@ -26,6 +26,7 @@ import torch
 
 __all__ = [
     "InputInfo",
+    "LeafSlot",
     "OutputInfo",
     "OutputType",
     "ViewAndMutationMetadata",
@@ -145,6 +146,31 @@ class OutputInfo:
 
 
 @dataclass(frozen=True)
+class LeafSlot:
+    """A new autograd leaf the program makes (``requires_grad_()`` on a tensor without
+    history), returns, and computes other outputs (or an input's in-place change) from:
+    eager accumulates their gradients into the returned leaf's ``.grad``. The runtime makes
+    the leaf before the forward and passes it to the autograd.Function as an extra input
+    (so the compiled backward's gradient for it accumulates there), then gives it the
+    value the graph computed.
+
+    ``flip``: which of the program's new leaves it is (their order of creation).
+    ``output``: the user output it is, or ``base``: the intermediate base it is.
+    ``alias``: the output is a view (or ``detach()``) of call input ``output_info[output]
+    .call_input_index``: made off the caller's tensor before the forward, sharing its
+    storage (no value to give it). Otherwise a fresh tensor of ``shape``/``dtype``/``device``
+    given the graph's value with ``set_``."""
+
+    flip: int
+    output: int | None
+    base: int | None
+    alias: bool
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    device: torch.device
+
+
+@dataclass(frozen=True)
 class ViewAndMutationMetadata:
     """Per-input mutation facts and per-output alias facts of one traced program.
 
@@ -170,6 +196,8 @@ class ViewAndMutationMetadata:
     #: grad before rebuilding the outputs that view it (no tangent: it is no graph output
     #: autograd differentiates)
     intermediate_base_new_leaf: tuple[bool, ...] = ()
+    #: returned new leaves other outputs are computed from (:class:`LeafSlot`)
+    leaf_slots: tuple[LeafSlot, ...] = ()
 
     @property
     def sets_requires_grad(self) -> tuple[int, ...]:
@@ -182,10 +210,12 @@ class ViewAndMutationMetadata:
         output_info: tuple[OutputInfo, ...],
         intermediate_base_requires_grad: tuple[bool, ...],
         intermediate_base_new_leaf: tuple[bool, ...] = (),
+        leaf_slots: tuple[LeafSlot, ...] = (),
     ) -> ViewAndMutationMetadata:
         """Make the record and its precomputed index tuples."""
         return ViewAndMutationMetadata(
             intermediate_base_new_leaf=intermediate_base_new_leaf,
+            leaf_slots=leaf_slots,
             input_info=input_info,
             output_info=output_info,
             num_intermediate_bases=len(intermediate_base_requires_grad),

@@ -260,12 +260,20 @@ def _analyze_call(
             "than eager's. Seed outside the compiled function."
         )
     reject_inplace_on_leaves(call_inputs, call_analysis.metadata)
+    if symbolic is not None and call_analysis.metadata.leaf_slots:
+        raise _NeedsStaticTrace("a new autograd leaf the program returns and computes with is made with static sizes")
     n = layout.num_distinct  # the SymInt inputs after the tensors alias nothing
     input_aliasing = plan_input_aliasing(call_inputs[:n], fake_call[:n], call_analysis.metadata)
     if input_aliasing is None:
         return _AnalyzedCall(
             program, call_analysis, call_analysis, None, call_inputs, fake_call, fake_mode,
             inference_graph=inference_graph,
+        )
+    if call_analysis.metadata.leaf_slots:
+        raise AotgradCompileError(
+            "aotgrad: the program returns a new autograd leaf (requires_grad_()) that other outputs "
+            "are computed from, while mutating an input that shares its storage with another; this "
+            "is not supported. Call requires_grad_() outside the function."
         )
     if call_analysis.metadata.sets_requires_grad:
         raise AotgradCompileError(
@@ -345,7 +353,9 @@ def _is_training(md: ViewAndMutationMetadata, grad_enabled: bool, graph_inputs: 
     the Function is given one extra leaf of its own to give those outputs a grad_fn)."""
     if not records_autograd(md, grad_enabled):
         return False, False
-    if md.sets_requires_grad or any(isinstance(t, torch.Tensor) and t.requires_grad for t in graph_inputs):
+    if md.sets_requires_grad or md.leaf_slots or any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in graph_inputs
+    ):
         return True, False
     differentiable = any(
         o.requires_grad and not o.new_leaf and o.output_type is OutputType.non_alias for o in md.output_info
@@ -412,7 +422,7 @@ def _compile_training(
             bw_boundary.zeros_of_input(first_tangent + k) for k in range(len(signature.tangents))
         ),
         saved_inputs_to_clone=to_clone,
-        grad_tangent_deps=grad_tangent_dependencies(bw_module)[: signature.num_graph_inputs],
+        grad_tangent_deps=grad_tangent_dependencies(bw_module)[: signature.num_graph_inputs + signature.num_leaf_slots],
         differentiable=DifferentiableBackward(
             lambda: trace_joint(
                 call.program, call.analysis, call.fake_inputs, call.fake_mode, config.trace_decompositions,

@@ -160,9 +160,13 @@ class OutputBuilder:
         plan: list[tuple[str, int, Any]] = []
         position = signature.user_output_positions
         first_base = signature.intermediate_base_slice.start
+        slot_of_output = {s.output: k for k, s in enumerate(metadata.leaf_slots) if s.output is not None}
+        slot_bases = {s.base for s in metadata.leaf_slots if s.base is not None}
         for j, o in enumerate(metadata.output_info):
             t = o.output_type
-            if t is OutputType.non_tensor:
+            if j in slot_of_output:
+                plan.append(("slot", slot_of_output[j], None))
+            elif t is OutputType.non_tensor:
                 plan.append(("const", 0, o.constant))
             elif o.duplicate_of is not None:
                 plan.append(("same", o.duplicate_of, None))
@@ -184,11 +188,12 @@ class OutputBuilder:
         self.aliases = tuple((j, *p) for j, p in enumerate(plan) if p[0] not in ("out", "input", "const"))
         #: forward-output positions of intermediate bases the program made new autograd leaves
         self.leaf_bases = tuple(
-            first_base + k for k, leaf in enumerate(metadata.intermediate_base_new_leaf) if leaf
+            first_base + k for k, leaf in enumerate(metadata.intermediate_base_new_leaf)
+            if leaf and k not in slot_bases
         )
         self.user_slice = signature.user_output_slice
         #: outputs are exactly a slice of the forward outputs
-        self.is_slice = all(k == "out" for k, _, _ in plan) and not self.leaf_bases
+        self.is_slice = all(k == "out" for k, _, _ in plan) and not self.leaf_bases and not slot_bases
         self.out_spec = out_spec
         if out_spec.is_leaf():
             self.pack = lambda r: r[0]
@@ -207,7 +212,7 @@ class OutputBuilder:
         )
         return geometry, tuple(info for _, kind, _, info in self.direct if kind == "const")
 
-    def __call__(self, fw_outs: Any, call_inputs: Any, sizes: tuple | None = None) -> Any:
+    def __call__(self, fw_outs: Any, call_inputs: Any, sizes: tuple | None = None, slots: Any = ()) -> Any:
         """The user outputs; ``input``/``alias_input`` index the caller's distinct inputs;
         ``sizes``: :meth:`symbolic_sizes` evaluated on this call (symbolic entries)."""
         if self.is_slice:
@@ -240,6 +245,9 @@ class OutputBuilder:
                 result[j] = regenerate_alias(result[idx], info, where)
             elif kind == "leaf":
                 result[j] = _new_leaf(fw_outs[idx])
+                continue
+            elif kind == "slot":
+                result[j] = slots[idx]
                 continue
             else:
                 result[j] = result[idx]
@@ -389,6 +397,7 @@ def _make_function(
     differentiable = spec.differentiable
     backward_mutated = signature.backward_mutated_inputs
     num_grads = signature.num_graph_inputs
+    num_slots = signature.num_leaf_slots
 
     # A symbolic entry's tangent shapes are read off each call's forward outputs.
     symbolic_tangents = any(holds_sym(shape) for shape, _, _ in tangent_meta)
@@ -396,8 +405,8 @@ def _make_function(
     class CompiledFunction(torch.autograd.Function):
         @staticmethod
         def forward(ctx, *args):  # type: ignore[override]
-            if anchored:
-                args = args[:-1]
+            if anchored or num_slots:
+                args = args[:num_grads]  # the anchor, or the new leaves, are no graph inputs
             outs = fw_callable(*args)
             if differentiable is not None:
                 # A reference, not a saved tensor: read only by a create_graph backward.
@@ -436,6 +445,13 @@ def _make_function(
                 elif not g.is_contiguous():
                     g = g.contiguous()
                 tangents.append(g)
+            if torch.is_grad_enabled() and num_slots:
+                raise RuntimeError(
+                    "aotgrad: a backward with create_graph=True through a compiled function that "
+                    "returns a new autograd leaf (requires_grad_() inside it) and computes other "
+                    "outputs from it is not supported. Run this backward without create_graph, or "
+                    "the function eagerly."
+                )
             if torch.is_grad_enabled() and backward_mutated:
                 raise RuntimeError(
                     "aotgrad: a backward with create_graph=True through a compiled function whose "
@@ -452,8 +468,8 @@ def _make_function(
                 grads = bw(*ctx.saved_tensors, *ctx.symints, *tangents)
             if backward_mutated:
                 grads = list(grads)
-                _write_backward_mutations(ctx.backward_mutated, grads[num_grads:])
-                grads = grads[:num_grads]
+                _write_backward_mutations(ctx.backward_mutated, grads[num_grads + num_slots:])
+                grads = grads[: num_grads + num_slots]
             if missing:
                 # As in eager, an input reached only from outputs that got no gradient gets
                 # None, not zeros.
@@ -581,6 +597,9 @@ class CompiledRuntime:
         #: graph inputs the program makes require grad (``requires_grad_()``): the caller's
         #: tensors are made to before the forward, so the Function differentiates them
         self.sets_requires_grad = metadata.sets_requires_grad
+        #: new leaves the program returns and computes with: made per call, passed to the
+        #: Function, given their values after the forward (see ``LeafSlot``)
+        self.leaf_slots = metadata.leaf_slots
 
         run = self._build_run()
         if self.records_under_no_grad:
@@ -607,6 +626,8 @@ class CompiledRuntime:
         member_metadata = self.member_metadata_writebacks
         separate_families = self.separate_family_mutations
         sizes_of = self.sizes_of
+        if self.leaf_slots and self.training:
+            return self._run_with_slots(forward)
         if sizes_of is not None:
 
             def run_symbolic(graph_inputs: Any) -> Any:
@@ -655,6 +676,47 @@ class CompiledRuntime:
             return outputs(fw_outs, graph_inputs)
 
         return run
+
+    def _run_with_slots(self, forward: Callable) -> Callable[[Any], Any]:
+        """``run`` of a (static, non-synthetic-base) entry with leaf slots (``LeafSlot``)."""
+        writebacks = self.writebacks
+        outputs = self.outputs
+        md = self.metadata
+        first_base = self.signature.intermediate_base_slice.start
+        plan = []
+        for s in self.leaf_slots:
+            if s.alias:
+                plan.append((s, None, md.output_info[s.output]))
+            elif s.output is not None:
+                plan.append((s, self.signature.user_output_positions[s.output], None))
+            else:
+                plan.append((s, first_base + s.base, None))
+
+        def run_with_slots(graph_inputs: Any) -> Any:
+            slots = []
+            for s, _, info in plan:
+                if info is None:
+                    t = torch.empty(s.shape, dtype=s.dtype, device=s.device)
+                else:  # a view of the caller's input, as eager's leaf is
+                    t = regenerate_alias(graph_inputs[info.call_input_index], info)
+                    if not t.is_leaf:
+                        t = t.detach()
+                slots.append(t.requires_grad_(True))
+            fw_outs = list(forward(*graph_inputs, *slots))
+            prev = torch.is_grad_enabled()
+            _set_grad_enabled(False)
+            try:
+                for (s, position, info), t in zip(plan, slots):
+                    if position is not None:
+                        t.set_(_unwrap(fw_outs[position]))
+                        fw_outs[position] = t
+            finally:
+                _set_grad_enabled(prev)
+            if writebacks:
+                apply_writebacks(writebacks, fw_outs, graph_inputs)
+            return outputs(fw_outs, graph_inputs, None, slots)
+
+        return run_with_slots
 
     def __call__(self, graph_inputs: Any) -> Any:
         return self.run(graph_inputs)

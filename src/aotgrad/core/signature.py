@@ -9,8 +9,9 @@ Forward graph outputs (an inference graph has the first three slices only)::
     [ mutated inputs' new values | non-aliased user outputs | intermediate bases | saved tensors | saved symints ]
 
 Backward graph inputs: ``[ saved tensors | saved symints | tangents ]``.
-Backward graph outputs: one gradient (or None) per graph input, then the new value of each
-graph input the backward mutates (``backward_mutated_inputs``).
+Backward graph outputs: one gradient (or None) per graph input, then one per new leaf the
+program returns and computes with (``num_leaf_slots``), then the new value of each graph
+input the backward mutates (``backward_mutated_inputs``).
 
 The first three slices together are torch's ``num_fwd_outputs``. Tangent placeholders of the
 joint graph are tagged when it is traced (:func:`mark_tangents`); :func:`is_tangent` is the one
@@ -98,6 +99,10 @@ class GraphSignature:
     #: backward writing into a tensor it saved): the backward graph returns their new
     #: values after the gradients, and the runtime writes them into the caller's tensors
     backward_mutated_inputs: tuple[int, ...] = ()
+    #: new autograd leaves the program returns and computes with (``LeafSlot``): extra
+    #: inputs of the autograd.Function; the backward graph returns their gradients after
+    #: the graph inputs'
+    num_leaf_slots: int = 0
 
     @staticmethod
     def of_metadata(metadata: ViewAndMutationMetadata) -> GraphSignature:
@@ -107,7 +112,10 @@ class GraphSignature:
         user = tuple(
             j for j, o in enumerate(md.output_info) if o.output_type is OutputType.non_alias and o.duplicate_of is None
         )
-        return GraphSignature(len(md.input_info), md.mutated_input_indices, user, md.num_intermediate_bases)
+        return GraphSignature(
+            len(md.input_info), md.mutated_input_indices, user, md.num_intermediate_bases,
+            num_leaf_slots=len(md.leaf_slots),
+        )
 
     def with_tangents(self, metadata: ViewAndMutationMetadata, forward_output_dtypes: Sequence[torch.dtype]) -> GraphSignature:
         """This signature with the forward outputs that take a tangent in training.
@@ -249,11 +257,11 @@ class GraphSignature:
                 f"the signature {self.num_backward_inputs}\n{self!r}"
             )
         n = len(graph_outputs(gm))
-        if n != self.num_graph_inputs + len(self.backward_mutated_inputs):
+        if n != self.num_graph_inputs + self.num_leaf_slots + len(self.backward_mutated_inputs):
             raise AssertionError(
                 f"aotgrad internal error: the backward graph returns {n} values for "
-                f"{self.num_graph_inputs} graph inputs and {len(self.backward_mutated_inputs)} "
-                "inputs the backward mutates"
+                f"{self.num_graph_inputs} graph inputs, {self.num_leaf_slots} new leaves and "
+                f"{len(self.backward_mutated_inputs)} inputs the backward mutates"
             )
 
     def __repr__(self) -> str:
@@ -276,6 +284,8 @@ class GraphSignature:
                 f"{self.num_saved_symints} saved symints, {len(self.tangents)} tangents"
             )
             lines.append(f"  backward outputs: {self.num_graph_inputs} gradients (one per graph input)")
+            if self.num_leaf_slots:
+                lines.append(f"  then {self.num_leaf_slots} gradients of new leaves the program returns")
             if self.backward_mutated_inputs:
                 lines.append(
                     "  then the new values of graph inputs "

@@ -9,6 +9,7 @@ The joint function
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
 from torch.overrides import TorchFunctionMode
 
 from ..errors import AotgradCompileError, compile_error_from
-from .analysis import Analysis, from_functional, overlaps_itself, to_functional
+from .analysis import Analysis, _sets_requires_grad, from_functional, overlaps_itself, to_functional
 from .eager_rewrites import EagerRewrites
 from .effects import effects_as_ordered_nodes, is_effectful
 from .signature import GraphSignature, mark_tangents
@@ -205,6 +206,7 @@ def trace_joint(
     # (and the inputs the program itself makes require grad: requires_grad_() on the
     # functional input, so only what it computes afterwards is differentiated)
     md = analysis.metadata
+    slot_flips = [slot.flip for slot in md.leaf_slots]
     grad_inputs = tuple(
         i for i, t in enumerate(primals)
         if isinstance(t, torch.Tensor) and (t.requires_grad or md.input_info[i].sets_requires_grad)
@@ -215,18 +217,24 @@ def trace_joint(
         with mode:
             f_primals = [to_functional(p) for p in primals]
             f_tangents = [to_functional(t) for t in tangents]
-        with mode, torch.set_grad_enabled(grad_enabled), EagerRewrites(), NoGradMarks():
+        leaves = NewLeaves(f_primals) if slot_flips else contextlib.nullcontext()
+        with mode, torch.set_grad_enabled(grad_enabled), EagerRewrites(), NoGradMarks(), leaves:
             fw_outs = forward(*f_primals)
         after_forward = [_mutation_state(f) for f in f_primals]
         with mode, torch.enable_grad(), EagerRewrites():
             diff_outs = [fw_outs[p] for p in tangent_positions]
-            grads: list[Any] = [None] * len(f_primals)
+            # one gradient per graph input, then one per new leaf the program returns
+            grads: list[Any] = [None] * (len(f_primals) + len(slot_flips))
             wrt = [f_primals[i] for i in grad_inputs]
+            wrt_positions = list(grad_inputs)
+            if slot_flips:
+                wrt.extend(leaves.made[k] for k in slot_flips)
+                wrt_positions.extend(range(len(f_primals), len(f_primals) + len(slot_flips)))
             if diff_outs and wrt:
                 computed = torch.autograd.grad(
                     diff_outs, wrt, f_tangents, allow_unused=True, create_graph=create_graph
                 )
-                for i, g in zip(grad_inputs, computed, strict=True):
+                for i, g in zip(wrt_positions, computed, strict=True):
                     grads[i] = g
         mutated_in_backward = _backward_mutations(f_primals, after_forward, set(signature.mutated_inputs))
         found.append(mutated_in_backward)
@@ -304,6 +312,33 @@ def _inside_custom_function() -> bool:
             return True
         frame = frame.f_back
     return False
+
+
+class NewLeaves(TorchFunctionMode):
+    """While the joint's forward runs, collects (in order) the tensors without autograd
+    history that the program turns into leaves requiring grad (``requires_grad_()``, or
+    ``requires_grad = True``), as the analysis counted them (``LeafSlot.flip``): the joint
+    differentiates with respect to the ones the program returns."""
+
+    def __init__(self, inputs: list[Any]) -> None:
+        super().__init__()
+        self._inputs = {id(t) for t in inputs if isinstance(t, torch.Tensor)}
+        self.made: list[torch.Tensor] = []
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if not _sets_requires_grad(func):
+            return func(*args, **kwargs)
+        t = args[0]
+        value = bool(args[1]) if len(args) > 1 else bool(kwargs.get("requires_grad", True))
+        new = (
+            value and id(t) not in self._inputs and isinstance(t, torch.Tensor)
+            and not t.requires_grad and t.grad_fn is None
+        )
+        out = func(*args, **kwargs)
+        if new:
+            self.made.append(t)
+        return out
 
 
 class NoGradMarks(TorchFunctionMode):
