@@ -1779,6 +1779,55 @@ def f(a):
     )
 
 
+def test_stale_view_of_input_regenerates_grad_fn_off_base():
+    """t0 = c.t() of an input, then the same input is changed under no_grad: eager's t0 is stale and its grad_fn is regenerated as AsStridedBackward0 off the leaf, so the leaf's .grad has the leaf's strides (2, 1); aotgrad's TBackward0 gave (1, 1)."""
+    check_case(
+        source='''
+def f(b, c):
+    t0 = c.t()
+    with torch.no_grad():
+        b.sin_()
+    return t0,
+''',
+        inputs={'bases': [{'shape': [1, 2], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        seed=828,
+    )
+
+
+def test_data_op_under_no_grad_is_no_no_grad_step_of_a_view():
+    """t4 = t2[0:2] in grad mode, t4.pow_(2) under no_grad, then t8 = t4.t() in grad mode: the no_grad pow_ writes data, it adds no no_grad step to t4's view chain, so t8's gradient reaches b through t4 (a regression of the no_grad-prefix tracking: b.grad was wrong)."""
+    check_case(
+        source='''
+def f(a, b, s):
+    t0 = a.squeeze(0)
+    t2 = torch.where(b > 0, b, t0)
+    t4 = t2[0:2]
+    with torch.no_grad():
+        t4.pow_(2)
+    t8 = t4.t()
+    t8.mul_(s)
+    return [b, t8]
+''',
+        inputs={'bases': [{'shape': [4], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'value', 'value': -1.5}]},
+        seed=1159,
+    )
+
+
+def test_no_grad_view_of_aliased_input_invalidated_by_write_through_sibling():
+    """Called under no_grad with b = x.unsqueeze(0) and d = x: t1 = d[1:] is a no_grad view, then b.mul_(2) writes the shared storage (a synthetic base): eager's t1 is stale (its grad_fn raises). Only the run over the synthetic base sees the sibling's write."""
+    check_case(
+        source='''
+def f(b, d):
+    t1 = d[1:]
+    b.mul_(2)
+    return t1,
+''',
+        inputs={'bases': [{'shape': [2], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.unsqueeze(0)'}, {'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        modes=['no_grad'],
+        seed=2397,
+    )
+
+
 # --------------------------------------------------------------------------- found against torch's aot_function
 # (AOTGRAD_FUZZ_IMPL=torch); checked here against aotgrad.
 

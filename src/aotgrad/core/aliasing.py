@@ -300,7 +300,7 @@ def outputs_on_call_inputs(
     ``._base`` as in eager, and their ``call_input_index`` is a call-input index.
 
     requires_grad stays from the analysis over bases: a mutation of one alias can make its
-    siblings require grad, which only that run sees.
+    siblings require grad, which only that run sees; so can it invalidate their no_grad views.
     """
     input_kinds = (OutputType.is_input, OutputType.alias_of_input)
     outputs = []
@@ -312,7 +312,13 @@ def outputs_on_call_inputs(
                 raise AotgradCompileError(
                     "aotgrad internal error: an output aliases a synthetic base but not an input"
                 )
-            o_base = dataclasses.replace(o_call, requires_grad=o_base.requires_grad)
+            # A mutation of one alias invalidates views of its siblings: only the run over
+            # bases sees that (shared version counter); taken where the call's run agrees
+            # that eager's view was made in no_grad mode.
+            invalidated = o_call.invalidated
+            if o_base.invalidated == "NO_GRAD_MODE" and o_call.no_grad_view:
+                invalidated = o_base.invalidated
+            o_base = dataclasses.replace(o_call, requires_grad=o_base.requires_grad, invalidated=invalidated)
         outputs.append(o_base)
     outputs.extend(base_metadata.output_info[n_user:])
     return dataclasses.replace(base_metadata, output_info=tuple(outputs))

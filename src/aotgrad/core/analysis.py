@@ -503,7 +503,7 @@ def analyze(
             # the no_grad view, so it must not reach the input through a replayed chain)
             "no_grad_view": _made_under_no_grad(o),
             "dtype": o.dtype,
-            "invalidated": _invalidated_view(o, (fake_mode, mode)),
+            "invalidated": _invalidated_view(o, (fake_mode, mode), geometry),
         }
         common["size"], common["stride"], common["storage_offset"] = geometry.geometry(o)
         if id(o) in seen_outputs:
@@ -808,12 +808,15 @@ def _through_custom_function(o: torch.Tensor, root: torch.Tensor, modes: tuple[A
     return False
 
 
-def _invalidated_view(o: torch.Tensor, modes: tuple[Any, ...]) -> str | None:
+def _invalidated_view(o: torch.Tensor, modes: tuple[Any, ...], geometry: EagerViewGeometry) -> str | None:
     """The name of the creation meta of eager's view ``o`` where reading its ``grad_fn`` raises (None
     where it does not): a view made in no_grad mode, or by a multi-output op, whose base
     requires grad and whose storage an in-place op changed after the view was made. Eager
     keeps raising on every later use of its autograd history (``grad_fn``, ``is_leaf``,
-    backward), so the rebuilt output must be such a view too.
+    backward), so the rebuilt output must be such a view too. An ordinary (``DEFAULT``) view
+    that is stale the same way (:meth:`EagerViewGeometry.stale`) is reported too: eager
+    regenerates its grad_fn on the next read, off its base, and a rebuilt stale view gets
+    the same regenerated grad_fn (its gradient's layout is the base's).
 
     ``modes``: as for :func:`_through_custom_function` (a read that does not raise
     regenerates the view's grad_fn, dispatching ops on the functional tensors)."""
@@ -821,7 +824,9 @@ def _invalidated_view(o: torch.Tensor, modes: tuple[Any, ...]) -> str | None:
         return None
     meta = torch._C._autograd._get_creation_meta(o)
     if meta == torch._C._autograd.CreationMeta.DEFAULT:
-        return None
+        # stale too, but eager regenerates its grad_fn (AsStridedBackward0 off its base) on
+        # the next read; so does autograd for a rebuilt view that is stale the same way
+        return meta.name if geometry.stale(o) and o._base.requires_grad else None
     try:
         with contextlib.ExitStack() as stack:
             for m in modes:

@@ -133,9 +133,10 @@ class OutputInfo:
     #: input: the graph returns it as a view and it stays one (the Function around the graph
     #: makes it a view of the input, with the compiled backward as its grad_fn, as eager's)
     custom_function_view: bool = False
-    #: eager's output is a view invalidated by a later in-place op on its storage, made in
-    #: no_grad mode or by a multi-output op (the name of its ``CreationMeta``): reading its
-    #: ``grad_fn`` raises, so the rebuilt view must be stale the same way
+    #: eager's output is a view invalidated by a later in-place op on its storage (the name
+    #: of its ``CreationMeta``): made in no_grad mode or by a multi-output op, reading its
+    #: ``grad_fn`` raises; an ordinary view's grad_fn is regenerated (``AsStridedBackward0``)
+    #: on the next read. The rebuilt view is stale the same way, so autograd does the same
     invalidated: str | None = None
     view_source: Any = field(default=None, compare=False, repr=False)
     constant: Any = field(default=None, compare=False)

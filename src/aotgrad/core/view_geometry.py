@@ -67,6 +67,9 @@ class EagerViewGeometry(TorchFunctionMode):
         #: replaced it; in-place metadata ops are applied to the shadow. Views of it are not
         #: followed (their geometry is functionalization's, as the runtime rebuilds them).
         self.roots: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        #: id(view) -> (the view, the version its autograd history was recorded at: its
+        #: creation, or an in-place op on it that autograd recorded), as eager's attr_version
+        self.view_versions: dict[int, tuple[torch.Tensor, int]] = {}
         with _disable_current_modes():
             for f, fake in inputs:
                 storage = torch.empty(
@@ -87,6 +90,25 @@ class EagerViewGeometry(TorchFunctionMode):
             shadow = entry[1] if entry is not None and entry[0] is t else None
         return _geometry(shadow if shadow is not None else t)
 
+    def stale(self, t: torch.Tensor) -> bool:
+        """An in-place op changed ``t``'s storage (through another alias, or under no_grad)
+        since autograd last recorded ``t``'s history: eager regenerates its ``grad_fn`` on
+        the next read (``AsStridedBackward0`` off its base)."""
+        entry = self.view_versions.get(id(t))
+        return entry is not None and entry[0] is t and entry[1] != t._version
+
+    def _note_versions(self, args: tuple, out: Any) -> None:
+        """Record new views' versions; an in-place op autograd records on a view rebases it."""
+        source = args[0] if args else None
+        if out is source and isinstance(source, FunctionalTensor):
+            entry = self.view_versions.get(id(source))
+            if entry is not None and entry[0] is source and torch.is_grad_enabled() and source.requires_grad:
+                self.view_versions[id(source)] = (source, source._version)
+            return
+        for r in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(r, FunctionalTensor) and r is not source and r._base is not None and id(r) not in self.view_versions:
+                self.view_versions[id(r)] = (r, r._version)
+
     def no_grad_prefix(self, t: torch.Tensor) -> int:
         """How many leading steps of ``t``'s view chain (from its storage's root) were made
         under no_grad of a base that requires grad (0: none)."""
@@ -100,9 +122,10 @@ class EagerViewGeometry(TorchFunctionMode):
             out = func(*args, **kwargs)
             with torch._C.DisableTorchFunction():
                 if args and isinstance(args[0], FunctionalTensor):
-                    self._note_no_grad_views(args[0], out)
+                    self._note_no_grad_views(args[0], out, getattr(func, "__name__", ""))
                     self._follow_root(func, getattr(func, "__name__", ""), args, kwargs)
                 self._note_roots(func, out)
+                self._note_versions(args, out)
             return out
         name = getattr(func, "__name__", "")
         if name in _STORAGE_ADDRESSING and _relaid_out(args[0], shadow):
@@ -116,6 +139,7 @@ class EagerViewGeometry(TorchFunctionMode):
         with torch._C.DisableTorchFunction():  # the attribute reads below are no program ops
             self._follow(func, name, args, kwargs, shadow, out)
             self._note_roots(func, out)
+            self._note_versions(args, out)
         return out
 
     def _note_roots(self, func, out: Any) -> None:
@@ -176,7 +200,7 @@ class EagerViewGeometry(TorchFunctionMode):
         if name in _METADATA_INPLACE:
             with _outside_tracing():
                 func(shadow, *args[1:], **kwargs)
-            self._note_no_grad_views(args[0], out)
+            self._note_no_grad_views(args[0], out, name)
             return
         results = out if isinstance(out, (tuple, list)) else (out,)
         views = [
@@ -205,7 +229,7 @@ class EagerViewGeometry(TorchFunctionMode):
                     self.no_grad_steps[id(r)] = (r, self.no_grad_prefix(args[0]))
 
 
-    def _note_no_grad_views(self, source: FunctionalTensor, out: Any) -> None:
+    def _note_no_grad_views(self, source: FunctionalTensor, out: Any, name: str) -> None:
         """Record the no_grad prefix (:meth:`no_grad_prefix`) of the views of ``source`` (a
         tensor without a shadow: an intermediate) that ``out`` holds, as :meth:`_follow`
         does for shadowed ones; a view already recorded keeps its entry (``._base`` returns
@@ -218,7 +242,8 @@ class EagerViewGeometry(TorchFunctionMode):
         if not steps:
             return
         if out is source:
-            if steps < 0 and source._base is not None:
+            # only a metadata op adds a step to the chain (a data op under no_grad adds none)
+            if steps < 0 and source._base is not None and name in _METADATA_INPLACE:
                 self.no_grad_steps[id(source)] = (source, len(functionalization.get_view_meta_sequence(source.elem)))
             return
         for r in out if isinstance(out, (tuple, list)) else (out,):
