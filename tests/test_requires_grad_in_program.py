@@ -327,3 +327,15 @@ def test_returned_subclass_leaf_feeding_another_output_is_refused():
     a = TwoTensor(torch.randn(3), torch.randn(3))
     with pytest.raises(AotgradCompileError, match="tensor subclass"):
         aotgrad.aot_function(f, nop)(a)
+
+
+def test_requires_grad_on_a_captured_tensor_is_refused_and_changes_nothing():
+    w = torch.randn(3)
+
+    def f(x):
+        w.requires_grad_()
+        return x * w
+
+    with pytest.raises(AotgradCompileError, match="not an input of the compiled function"):
+        aotgrad.aot_function(f, nop)(torch.randn(3))
+    assert not w.requires_grad

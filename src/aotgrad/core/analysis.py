@@ -261,6 +261,14 @@ class _EagerChecks(TorchFunctionMode):
         t = args[0]
         value = bool(args[1]) if len(args) > 1 else bool(kwargs.get("requires_grad", True))
         if not isinstance(t, FunctionalTensor):
+            if isinstance(t, torch.Tensor) and not isinstance(t, FakeTensor) and t.requires_grad != value:
+                # a real tensor the program closes over: flipping it now would change the
+                # caller's tensor at compile time, once, instead of on every call
+                raise AotgradCompileError(
+                    f"aotgrad: requires_grad_({value}) at {current_user_line()} on a tensor that is not "
+                    f"an input of the compiled function (shape {tuple(t.shape)}, captured from the "
+                    "enclosing scope); it would change once, at compile time. Pass it as an argument."
+                )
             return func(*args, **kwargs)
         i = self.input_index.get(id(t))
         if i is not None:
@@ -524,6 +532,15 @@ def analyze(
         input_idx = next((i for i, f in enumerate(f_inputs) if f is o and isinstance(f, torch.Tensor)), None)
         if input_idx is not None:
             output_info.append(OutputInfo(OutputType.is_input, call_input_index=input_idx, **common))
+            continue
+        if (
+            storage in input_storages and o._base is None and o.requires_grad and o.grad_fn is not None
+            and o.dtype == f_inputs[input_storages[storage]].dtype
+        ):
+            # a detach()ed alias of an input that an in-place op with an operand requiring
+            # grad gave a history of its own: eager's output is no view and its gradient
+            # goes through that op, not into the input
+            output_info.append(OutputInfo(OutputType.non_alias, storage_of_input=input_storages[storage], **common))
             continue
         if storage in input_storages and _through_custom_function(
             o, f_inputs[input_storages[storage]], (fake_mode, mode)
