@@ -465,7 +465,6 @@ def f(a):
     )
 
 
-@XFAIL("aotgrad's output does not require grad")
 def test_detach_then_inplace_with_grad_operands_requires_grad():
     """t1 = b.detach(); t1.addcmul_(b, b): t1 requires grad afterwards in eager."""
     check_case(
@@ -772,7 +771,6 @@ def f(a):
     )
 
 
-@XFAIL("aotgrad's output does not require grad, so backward raises 'element 0 of tensors does not require grad' (same root cause as test_detach_then_inplace_with_grad_operands_requires_grad)")
 def test_detach_then_mul__by_input_requires_grad():
     """t0 = c.detach(); t0.mul_(c): t0 requires grad afterwards in eager."""
     check_case(
@@ -1825,6 +1823,41 @@ def f(b, d):
         inputs={'bases': [{'shape': [2], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.unsqueeze(0)'}, {'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
         modes=['no_grad'],
         seed=2397,
+    )
+
+
+def test_detached_view_of_input_mul__by_grad_value_has_own_history():
+    """t2 = b.reshape(1, 4, 1).detach(), then t2.mul_(t4) with t4 computed from b: eager's t2 shares b's storage, is no view, requires grad through the mul_ (its gradient reaches b only through t4); aotgrad rebuilt it as a view of b that did not require grad."""
+    check_case(
+        source='''
+def f(b):
+    with torch.set_grad_enabled(True):
+        t1 = b.reshape(1, 4, 1)
+        t2 = t1.detach()
+    t3 = b @ b.mT
+    t4 = t3.sum(-1, keepdim=True)
+    t2.mul_(t4)
+    return [t2]
+''',
+        inputs={'bases': [{'shape': [1, 4], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        seed=192,
+    )
+
+
+def test_detached_alias_of_transposed_input_mul__by_grad_value():
+    """u = b.detach() of a transposed input, u.mul_(t) with t = a * 1 requiring grad; the caller then mutates u and calls again under no_grad: u keeps b's storage and geometry, and its gradient reaches a through t."""
+    check_case(
+        source='''
+def f(a, b):
+    t = a * 1
+    u = b.detach()
+    u.mul_(t)
+    return u, t.sum()
+''',
+        inputs={'bases': [{'shape': [2, 3], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 0, 'expr': 'x.clone().t()'}]},
+        post=[(0, 'mul_(2)')],
+        modes=['grad', 'no_grad'],
+        seed=7,
     )
 
 

@@ -319,6 +319,15 @@ def outputs_on_call_inputs(
             if o_base.invalidated == "NO_GRAD_MODE" and o_call.no_grad_view:
                 invalidated = o_base.invalidated
             o_base = dataclasses.replace(o_call, requires_grad=o_base.requires_grad, invalidated=invalidated)
+        elif o_base.storage_of_input is not None:
+            # a detach()ed alias with its own history: rebuilt off the caller's input
+            if o_call.storage_of_input is None:
+                raise AotgradCompileError(
+                    "aotgrad: an output that shares an input's storage through detach() and has "
+                    "its own autograd history (an in-place op with an operand requiring grad) is "
+                    "not supported where the inputs alias one another; clone() it before returning"
+                )
+            o_base = dataclasses.replace(o_base, storage_of_input=o_call.storage_of_input)
         outputs.append(o_base)
     outputs.extend(base_metadata.output_info[n_user:])
     return dataclasses.replace(base_metadata, output_info=tuple(outputs))

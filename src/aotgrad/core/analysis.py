@@ -533,6 +533,15 @@ def analyze(
         if input_idx is not None:
             output_info.append(OutputInfo(OutputType.is_input, call_input_index=input_idx, **common))
             continue
+        if (
+            storage in input_storages and o._base is None and o.requires_grad and o.grad_fn is not None
+            and o.dtype == f_inputs[input_storages[storage]].dtype
+        ):
+            # a detach()ed alias of an input that an in-place op with an operand requiring
+            # grad gave a history of its own: eager's output is no view and its gradient
+            # goes through that op, not into the input
+            output_info.append(OutputInfo(OutputType.non_alias, storage_of_input=input_storages[storage], **common))
+            continue
         if storage in input_storages and _through_custom_function(
             o, f_inputs[input_storages[storage]], (fake_mode, mode)
         ):

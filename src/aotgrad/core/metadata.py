@@ -138,6 +138,11 @@ class OutputInfo:
     #: ``grad_fn`` raises; an ordinary view's grad_fn is regenerated (``AsStridedBackward0``)
     #: on the next read. The rebuilt view is stale the same way, so autograd does the same
     invalidated: str | None = None
+    #: a ``non_alias`` output that eager made from a ``detach()``ed alias of this call input
+    #: by an in-place op with an operand requiring grad: it shares the input's storage (no
+    #: view) but has its own autograd history; the graph computes its value (with a tangent)
+    #: and the runtime copies it into a detached alias of the input with grad enabled
+    storage_of_input: int | None = None
     view_source: Any = field(default=None, compare=False, repr=False)
     constant: Any = field(default=None, compare=False)
 

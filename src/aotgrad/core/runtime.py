@@ -152,7 +152,8 @@ class OutputBuilder:
 
     ``plan`` holds one ``(kind, index, info)`` per user output, with kind one of ``"out"``
     (a forward output position), ``"input"`` (the caller's input), ``"alias_input"``,
-    ``"alias_fw"`` (regenerate off a forward output), ``"alias_user"`` (off an earlier user
+    ``"alias_fw"`` (regenerate off a forward output), ``"detached_copy"`` (a detach()ed alias of
+    an input given the forward output's history), ``"alias_user"`` (off an earlier user
     output), ``"same"`` (the object of an earlier user output), ``"const"``.
     """
 
@@ -170,6 +171,8 @@ class OutputBuilder:
                 plan.append(("const", 0, o.constant))
             elif o.duplicate_of is not None:
                 plan.append(("same", o.duplicate_of, None))
+            elif t is OutputType.non_alias and o.storage_of_input is not None:
+                plan.append(("detached_copy", position[j], o))
             elif t is OutputType.non_alias and o.new_leaf:
                 plan.append(("leaf", position[j], None))
             elif t is OutputType.non_alias:
@@ -243,6 +246,9 @@ class OutputBuilder:
                 result[j] = regenerate_alias(call_inputs[idx], info, where)
             elif kind == "alias_user":
                 result[j] = regenerate_alias(result[idx], info, where)
+            elif kind == "detached_copy":
+                result[j] = _detached_alias_with_history(call_inputs[info.storage_of_input], _unwrap(fw_outs[idx]), info, where)
+                continue
             elif kind == "leaf":
                 result[j] = _new_leaf(fw_outs[idx])
                 continue
@@ -255,6 +261,28 @@ class OutputBuilder:
             if info.new_leaf:
                 result[j] = _alias_requiring_grad(result[j], info.new_leaf)
         return self.pack(result)
+
+
+def _detached_alias_with_history(real: torch.Tensor, value: torch.Tensor, info: OutputInfo, geometry: tuple | None) -> torch.Tensor:
+    """Eager's output that an in-place op with an operand requiring grad made of a
+    ``detach()``ed alias of ``real`` (``OutputInfo.storage_of_input``): ``real``'s storage
+    in eager's geometry, no view, with its own autograd history. The write back already put
+    the new data there; the graph's value (the same data, with the compiled forward's history)
+    is copied in with grad enabled, so the alias's grad_fn leads into the compiled backward,
+    and the version counter is set back (one in-place op in eager, one write back here)."""
+    out = real.detach()
+    size, stride, offset = (info.size, info.stride, info.storage_offset) if geometry is None else geometry
+    if (tuple(out.shape), out.stride(), out.storage_offset()) != (tuple(size), tuple(stride), offset):
+        _restride(out, (size, stride, offset))
+    version = out._version
+    prev = torch.is_grad_enabled()
+    _set_grad_enabled(True)
+    try:
+        out.copy_(value)
+    finally:
+        _set_grad_enabled(prev)
+    _set_version_counter((out,), (version,))
+    return out
 
 
 def _unwrap(x: Any) -> Any:
