@@ -65,7 +65,8 @@ class CompiledEntry:
     static_reason: str | None = None
     #: seconds spent in each stage of this compile, in the order run: "analysis", "tracing",
     #: "partition", "compile forward" / "compile backward" / "compile inference" (the user's
-    #: compilers); a stage that did not run (a graph loaded from the cache) is absent
+    #: compilers); a stage that did not run (a graph loaded from the cache) is absent, and an
+    #: inference graph traced in the analysis run itself (:func:`_one_pass`) is "analysis" only
     stage_seconds: dict[str, float] = field(default_factory=dict)
 
     def __call__(self, leaves: list[Any]) -> Any:
