@@ -97,37 +97,33 @@ def functional(model):
     return f, values
 
 
-def first_call_seconds(aot_function, compiler, model, x, mode="train") -> float:
-    """The first call (+ first backward in ``train``; under ``torch.no_grad()`` in ``infer``)."""
-    f, values = functional(model)
-    compiled = aot_function(f, compiler)
+def _seconds(call, mode="train") -> float:
+    """Time ``call()`` (+ a backward of its output's sum in ``train``; under
+    ``torch.no_grad()`` in ``infer``)."""
     if mode == "infer":
         with torch.no_grad():
             t0 = CLOCK()
-            compiled(*values, x)
+            call()
             return CLOCK() - t0
     t0 = CLOCK()
-    out = compiled(*values, x)
-    out.sum().backward()
+    call().sum().backward()
     return CLOCK() - t0
+
+
+def first_call_seconds(aot_function, compiler, model, x, mode="train") -> float:
+    """The first call of a fresh compiled function (+ first backward in ``train``)."""
+    f, values = functional(model)
+    compiled = aot_function(f, compiler)
+    return _seconds(lambda: compiled(*values, x), mode)
 
 
 def eager_seconds(model, x, mode="train") -> float:
     f, values = functional(model)
-    if mode == "infer":
-        with torch.no_grad():
-            t0 = CLOCK()
-            f(*values, x)
-            return CLOCK() - t0
-    t0 = CLOCK()
-    f(*values, x).sum().backward()
-    return CLOCK() - t0
+    return _seconds(lambda: f(*values, x), mode)
 
 
 def _first_call(fn, x) -> float:
-    t0 = CLOCK()
-    fn(x).sum().backward()
-    return CLOCK() - t0
+    return _seconds(lambda: fn(x))
 
 
 def warm_start_child(args) -> None:

@@ -25,12 +25,29 @@ def entries(directory: Path) -> list[Path]:
     return sorted(directory.rglob("*.entry"))
 
 
-def run_worker(directory: Path, *extra: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, AOTGRAD_CACHE_DIR=str(directory), PYTHONPATH=os.pathsep.join(sys.path))
+def worker_env(directory: Path, **extra: str) -> dict[str, str]:
+    env = dict(os.environ, AOTGRAD_CACHE_DIR=str(directory), PYTHONPATH=os.pathsep.join(sys.path), **extra)
     env.pop("AOTGRAD_CACHE", None)
+    return env
+
+
+def run_worker(directory: Path, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(WORKER), *extra], env=env, capture_output=True, text=True, timeout=300, check=True,
+        [sys.executable, str(WORKER), *extra], env=worker_env(directory), capture_output=True, text=True,
+        timeout=300, check=True,
     )
+
+
+def run_concurrent_workers(directory: Path, **env: str) -> list[str]:
+    """Two workers (two rounds each) at once on one cache directory: their reports."""
+    procs = [
+        subprocess.Popen([sys.executable, str(WORKER), "--rounds", "2"], env=worker_env(directory, **env),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outs]
+    return [out for out, _ in outs]
 
 
 def parse(out: str) -> tuple[dict[str, str], int]:
@@ -59,18 +76,10 @@ def test_second_process_hits_and_matches_cold(tmp_path):
 
 
 def test_concurrent_writers_leave_whole_entries(tmp_path):
-    env = dict(os.environ, AOTGRAD_CACHE_DIR=str(tmp_path), PYTHONPATH=os.pathsep.join(sys.path))
-    env.pop("AOTGRAD_CACHE", None)
-    procs = [
-        subprocess.Popen([sys.executable, str(WORKER), "--rounds", "2"], env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
-        for _ in range(2)
-    ]
-    outs = [p.communicate(timeout=300) for p in procs]
-    assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outs]
+    outs = run_concurrent_workers(tmp_path)
     assert not list(tmp_path.rglob(".tmp-*")), "a temporary file was left behind"
-    first, _ = parse(outs[0][0])
-    assert parse(outs[1][0])[0] == first
+    first, _ = parse(outs[0])
+    assert parse(outs[1])[0] == first
     after, loaded = parse(run_worker(tmp_path).stdout)
     assert loaded == len(first) and after == first
 
@@ -373,17 +382,8 @@ def test_concurrent_writers_under_a_small_bound(tmp_path):
     run_worker(probe)
     largest = max(p.stat().st_size for p in entries(probe))
     limit = 2 * largest  # room for two of the worker's four entries: every store evicts
-    env = dict(os.environ, AOTGRAD_CACHE_DIR=str(tmp_path / "bounded"), PYTHONPATH=os.pathsep.join(sys.path),
-               AOTGRAD_CACHE_MAX_SIZE=str(limit))
-    env.pop("AOTGRAD_CACHE", None)
-    procs = [
-        subprocess.Popen([sys.executable, str(WORKER), "--rounds", "2"], env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
-        for _ in range(2)
-    ]
-    outs = [p.communicate(timeout=300) for p in procs]
-    assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outs]
-    assert parse(outs[0][0])[0] == parse(outs[1][0])[0] == parse(run_worker(probe).stdout)[0]
+    outs = run_concurrent_workers(tmp_path / "bounded", AOTGRAD_CACHE_MAX_SIZE=str(limit))
+    assert parse(outs[0])[0] == parse(outs[1])[0] == parse(run_worker(probe).stdout)[0]
     left = entries(tmp_path / "bounded")
     assert left and sum(p.stat().st_size for p in left) <= limit
     assert not list((tmp_path / "bounded").rglob(".tmp-*"))
