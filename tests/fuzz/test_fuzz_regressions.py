@@ -1861,6 +1861,40 @@ def f(a, b):
     )
 
 
+def test_stale_no_grad_view_stays_stale_after_caller_t_():
+    """t1 = a.unsqueeze(-1) under no_grad, then a.add_(1): t1 is stale; the caller's a.t_() after the call bumps the shared version once more, and eager's t1 stays stale (the rebuilt view was made at the counter's value plus one, so one more bump made it look fresh)."""
+    check_case(
+        source='''
+def f(a):
+    with torch.no_grad():
+        t1 = a.unsqueeze(-1)
+    a.add_(1)
+    return a, t1
+''',
+        inputs={'bases': [{'shape': [], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.clone()'}]},
+        post=[(0, 't_()')],
+        seed=5384,
+    )
+
+
+def test_detached_input_written_with_grad_operand_through_same_storage_input():
+    """a = x.detach() and c = x: t1 = a.contiguous() (a itself) is written by sub_ with an operand requiring grad; only the run over the synthetic base sees a detached alias with a history of its own, the call's run sees the input itself: returned as the input (regressed to a compile-time refusal for a while)."""
+    check_case(
+        source='''
+def f(a, b, k, c):
+    t0 = c.squeeze(1)
+    t1 = a.contiguous()
+    t2 = torch.where(b > 0, b, a)
+    t1.sub_(t0, alpha=2)
+    t3 = t2.abs()
+    t4 = t0 * k
+    return t1, t1, t1
+''',
+        inputs={'bases': [{'shape': [3, 2, 3], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.detach()'}, {'kind': 'same', 'arg': 0}, {'kind': 'value', 'value': 3}, {'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        seed=253,
+    )
+
+
 # --------------------------------------------------------------------------- found against torch's aot_function
 # (AOTGRAD_FUZZ_IMPL=torch); checked here against aotgrad.
 

@@ -321,13 +321,18 @@ def outputs_on_call_inputs(
             o_base = dataclasses.replace(o_call, requires_grad=o_base.requires_grad, invalidated=invalidated)
         elif o_base.storage_of_input is not None:
             # a detach()ed alias with its own history: rebuilt off the caller's input
-            if o_call.storage_of_input is None:
+            if o_call.storage_of_input is not None:
+                o_base = dataclasses.replace(o_base, storage_of_input=o_call.storage_of_input)
+            elif o_call.output_type in input_kinds:
+                # only the run over bases gave it that history (a sibling alias's mutation
+                # did): rebuilt as the call's run has it, as before that history was followed
+                o_base = dataclasses.replace(o_call, requires_grad=o_base.requires_grad)
+            else:
                 raise AotgradCompileError(
                     "aotgrad: an output that shares an input's storage through detach() and has "
                     "its own autograd history (an in-place op with an operand requiring grad) is "
                     "not supported where the inputs alias one another; clone() it before returning"
                 )
-            o_base = dataclasses.replace(o_base, storage_of_input=o_call.storage_of_input)
         outputs.append(o_base)
     outputs.extend(base_metadata.output_info[n_user:])
     return dataclasses.replace(base_metadata, output_info=tuple(outputs))

@@ -65,8 +65,8 @@ def regenerate_alias(base: torch.Tensor, info: OutputInfo, geometry: tuple | Non
 
 
 def _invalidated_view(base: torch.Tensor, info: OutputInfo, geometry: tuple | None) -> torch.Tensor:
-    """The alias as eager's stale view: made while the shared version counter reads one more
-    than it does after the call, so the view's recorded version differs from its storage's
+    """The alias as eager's stale view: made while the shared version counter reads one less
+    (one more at version 0) than it does after the call, so the view's recorded version differs from its storage's
     (as eager's does: an in-place op changed the storage after the view was made), with
     eager's creation meta. Autograd then raises on every read of its history, as in eager;
     the counter's value is left as it was, so saved tensors of the storage stay valid."""
@@ -74,7 +74,9 @@ def _invalidated_view(base: torch.Tensor, info: OutputInfo, geometry: tuple | No
         version = base._version
     except RuntimeError:  # an inference tensor has no version counter
         return _regenerate(base, info, geometry)
-    _set_version_counter((base,), (version + 1,))
+    # one less where it can: the caller's later in-place ops only raise the counter, so the
+    # view stays stale (one more would match again after one of them)
+    _set_version_counter((base,), (version - 1 if version else version + 1,))
     try:
         out = _regenerate(base, info, geometry)
     finally:
