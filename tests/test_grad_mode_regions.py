@@ -151,3 +151,38 @@ def test_grad_mode_view_of_no_grad_view_of_input(view):
         return views[view](t0), a.relu()
 
     check(f, lambda: (torch.randn(3, 4, requires_grad=True) * 1,))
+
+
+MUTATIONS_UNDER_NO_GRAD = {
+    "transpose_": lambda t: t.transpose_(0, 1),
+    "transpose_same_dim": lambda t: t.transpose_(1, 1),
+    "t_": lambda t: t.t_(),
+    "unsqueeze_": lambda t: t.unsqueeze_(0),
+    "as_strided_": lambda t: t.as_strided_((4, 3), (1, 4)),
+    "mul_": lambda t: t.mul_(2),
+    "t_then_add_": lambda t: t.t_().add_(1),
+}
+
+
+@pytest.mark.parametrize("leaf", [True, False], ids=["leaf", "non_leaf"])
+@pytest.mark.parametrize("grad_mode", [True, False], ids=["grad", "no_grad"])
+@pytest.mark.parametrize("mutation", sorted(MUTATIONS_UNDER_NO_GRAD))
+def test_input_mutated_under_no_grad_then_used_in_grad_region(mutation, grad_mode, leaf):
+    """An input used in an enable_grad region, then changed (data or geometry) under no_grad,
+    with the function called under either mode: eager's gradient reaches the input through
+    the grad-mode uses. (aotgrad's own alias/clone of such an input was made in the caller's
+    mode: under a no_grad caller the gradient was cut and came back None, silently.)"""
+
+    def f(x, w):
+        y = x.sigmoid()
+        with torch.enable_grad():
+            z = y + x + w  # add saves nothing: the later mutation is legal in eager
+        with torch.no_grad():
+            MUTATIONS_UNDER_NO_GRAD[mutation](x)
+        return z, w
+
+    def inputs():
+        x = torch.randn(3, 4, requires_grad=True)
+        return (x if leaf else x * 1, torch.randn(3, 4, requires_grad=True))
+
+    check(f, inputs, grad_mode=grad_mode)

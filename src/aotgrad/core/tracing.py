@@ -58,24 +58,29 @@ def _functional_forward(
         originals = list(inputs)
         # clones whose geometry the program changes: read back in their entry geometry
         entry_geometry: dict[int, tuple] = {}
-        for i in signature.mutated_inputs:
-            info = md.input_info[i]
-            x = inputs[i]
-            geometry_changes = info.mutates_metadata and info.new_view != (
-                tuple(x.shape), tuple(x.stride()), x.storage_offset()
-            )
-            if protect_mutated_inputs and info.mutates_data and x.requires_grad:
-                inputs[i] = originals[i] = _clone_keeping_strides(x)
-                if geometry_changes:
-                    # No view alias of the clone here: autograd's view replay does not follow
-                    # an in-place view op (t_) applied to a view, so a later write through
-                    # a view of it would get a wrong gradient. The clone is the program's
-                    # own tensor; its new data is read back in its entry geometry below.
-                    c = inputs[i]
-                    entry_geometry[i] = (tuple(c.shape), tuple(c.stride()), c.storage_offset())
-                    continue
-            if geometry_changes or (protect_mutated_inputs and info.mutates_metadata and not info.mutates_data):
-                inputs[i] = inputs[i].view(inputs[i].shape)
+        # The clones and aliases below are ours, not the program's: autograd records them
+        # whatever the caller's grad mode, as eager records the program's later grad-mode
+        # uses of the input itself (a no_grad caller whose program enables grad inside).
+        recording = torch.enable_grad() if protect_mutated_inputs else contextlib.nullcontext()
+        with recording:
+            for i in signature.mutated_inputs:
+                info = md.input_info[i]
+                x = inputs[i]
+                geometry_changes = info.mutates_metadata and info.new_view != (
+                    tuple(x.shape), tuple(x.stride()), x.storage_offset()
+                )
+                if protect_mutated_inputs and info.mutates_data and x.requires_grad:
+                    inputs[i] = originals[i] = _clone_keeping_strides(x)
+                    if geometry_changes:
+                        # No view alias of the clone here: autograd's view replay does not follow
+                        # an in-place view op (t_) applied to a view, so a later write through
+                        # a view of it would get a wrong gradient. The clone is the program's
+                        # own tensor; its new data is read back in its entry geometry below.
+                        c = inputs[i]
+                        entry_geometry[i] = (tuple(c.shape), tuple(c.stride()), c.storage_offset())
+                        continue
+                if geometry_changes or (protect_mutated_inputs and info.mutates_metadata and not info.mutates_data):
+                    inputs[i] = inputs[i].view(inputs[i].shape)
         out_leaves, _ = program(*inputs)
         for i, (size, stride, offset) in entry_geometry.items():
             originals[i] = inputs[i].as_strided(size, stride, offset)
