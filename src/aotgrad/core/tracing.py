@@ -83,7 +83,7 @@ def _functional_forward(
                     inputs[i] = inputs[i].view(inputs[i].shape)
         out_leaves, _ = program(*inputs)
         for i, (size, stride, offset) in entry_geometry.items():
-            originals[i] = inputs[i].as_strided(size, stride, offset)
+            originals[i] = _in_geometry(inputs[i], size, stride, offset)
         bases = [out_leaves[j]._base for j in analysis.intermediate_base_sources]
         if any(b is None for b in bases):
             raise AotgradCompileError(
@@ -97,6 +97,32 @@ def _functional_forward(
         )
 
     return forward
+
+
+def _in_geometry(c: torch.Tensor, size: tuple, stride: tuple, offset: Any) -> torch.Tensor:
+    """``c``'s elements read in another geometry of its storage (the one it had at entry).
+
+    Where the two geometries address the same elements in another order (``t_``,
+    ``transpose_``, ``unsqueeze_``, ``squeeze_``, a permuting ``as_strided_``), the result is
+    built from logical views (``squeeze``, ``permute``, ``reshape``): ``as_strided`` reads
+    the storage of the functional value behind ``c``, whose layout the kernels choose at run
+    time and may differ from the trace's (``masked_fill`` of a transposed clone: the
+    elements came back permuted in the caller's tensor). Otherwise ``as_strided``."""
+    values = (*c.shape, *c.stride(), c.storage_offset(), *size, *stride, offset)
+    if not any(isinstance(v, torch.SymInt) for v in values) and c.storage_offset() == offset:
+        have = [(n, st) for n, st in zip(c.shape, c.stride()) if n != 1]
+        want = [(n, st) for n, st in zip(size, stride) if n != 1]
+        order: list[int] = []
+        for dim in want:
+            k = next((k for k, d in enumerate(have) if d == dim and k not in order), None)
+            if k is None:
+                break
+            order.append(k)
+        else:
+            if len(order) == len(have):
+                squeezed = c.reshape([n for n, _ in have])
+                return squeezed.permute(order).reshape(size)
+    return c.as_strided(size, stride, offset)
 
 
 def _clone_keeping_strides(x: torch.Tensor) -> torch.Tensor:
