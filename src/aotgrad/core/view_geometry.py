@@ -70,6 +70,8 @@ class EagerViewGeometry(TorchFunctionMode):
         #: id(view) -> (the view, the version its autograd history was recorded at: its
         #: creation, or an in-place op on it that autograd recorded), as eager's attr_version
         self.view_versions: dict[int, tuple[torch.Tensor, int]] = {}
+        #: id(view) -> (the view, its base's geometry when the view was made)
+        self.base_geometry_at_view: dict[int, tuple[torch.Tensor, Geometry]] = {}
         with _disable_current_modes():
             for f, fake in inputs:
                 storage = torch.empty(
@@ -108,6 +110,34 @@ class EagerViewGeometry(TorchFunctionMode):
         for r in out if isinstance(out, (tuple, list)) else (out,):
             if isinstance(r, FunctionalTensor) and r is not source and r._base is not None and id(r) not in self.view_versions:
                 self.view_versions[id(r)] = (r, r._version)
+                self.base_geometry_at_view[id(r)] = (r, _geometry(r._base))
+
+    def _refuse_write_through_outdated_view(self, name: str, args: tuple, kwargs: dict, out: Any) -> None:
+        """Refuse an in-place data op that autograd records on a view whose base an in-place
+        metadata op (``t_``, ``transpose_``, ...) re-laid out after the view was made. Eager's
+        autograd addresses the written elements by the view's strides on the base's storage;
+        on the traced (functional) tensors it replays the view's ops on the base as it is
+        now, so the gradient would reach other elements (silently wrong)."""
+        source = args[0] if args else None
+        if not isinstance(source, FunctionalTensor) or name in _METADATA_INPLACE:
+            return
+        if not (name == "__setitem__" or (out is source and name.endswith("_") and not name.endswith("__"))):
+            return
+        entry = self.base_geometry_at_view.get(id(source))
+        if entry is None or entry[0] is not source or source._base is None:
+            return
+        if not torch.is_grad_enabled() or not any(
+            isinstance(t, torch.Tensor) and t.requires_grad for t in pytree.tree_leaves((args, kwargs))
+        ):
+            return
+        if _geometry(source._base) != entry[1]:
+            raise AotgradCompileError(
+                f"aotgrad: in-place {name} at {current_user_line()} writes through a view taken "
+                "before an in-place metadata op (t_, transpose_, unsqueeze_, as_strided_, ...) "
+                "changed its base's geometry; autograd on the traced program would route this "
+                "write's gradient to other elements. Take the view after the metadata op, or "
+                "write through a view of a clone()."
+            )
 
     def no_grad_prefix(self, t: torch.Tensor) -> int:
         """How many leading steps of ``t``'s view chain (from its storage's root) were made
@@ -126,6 +156,7 @@ class EagerViewGeometry(TorchFunctionMode):
                     self._follow_root(func, getattr(func, "__name__", ""), args, kwargs)
                 self._note_roots(func, out)
                 self._note_versions(args, out)
+                self._refuse_write_through_outdated_view(getattr(func, "__name__", ""), args, kwargs, out)
             return out
         name = getattr(func, "__name__", "")
         if name in _STORAGE_ADDRESSING and _relaid_out(args[0], shadow):
@@ -140,6 +171,7 @@ class EagerViewGeometry(TorchFunctionMode):
             self._follow(func, name, args, kwargs, shadow, out)
             self._note_roots(func, out)
             self._note_versions(args, out)
+            self._refuse_write_through_outdated_view(name, args, kwargs, out)
         return out
 
     def _note_roots(self, func, out: Any) -> None:
