@@ -410,7 +410,7 @@ def _compile_training(
     )
     with _stage(call.times, "compile forward"):
         fw_compiled, _ = _compile_graph("forward", config.fw_compiler, fw_module, list(primals), call.fake_mode)
-    fw_callable = restriding(_detaching(fw_compiled, _view_outputs(fw_module, md, signature)), eager_layouts(fw_module, md, signature))
+    fw_callable = _outputs_as_eager(fw_compiled, fw_module, md, signature)
     bw_inputs = [n.meta.get("val") for n in bw_module.graph.find_nodes(op="placeholder")]
     with _stage(call.times, "compile backward"):
         bw_callable, bw_boundary = _compile_graph("backward", config.bw_compiler, bw_module, bw_inputs, call.fake_mode)
@@ -475,7 +475,7 @@ def _compile_inference(
         example = [t.detach() if isinstance(t, torch.Tensor) else t for t in call.fake_inputs]
     with _stage(call.times, "compile inference"):
         compiled, _ = _compile_graph("inference", config.inference_compiler, gm, example, call.fake_mode)
-    fw_callable = restriding(_detaching(compiled, _view_outputs(gm, md, signature)), eager_layouts(gm, md, signature))
+    fw_callable = _outputs_as_eager(compiled, gm, md, signature)
     return CompiledRuntime(md, signature, call.analysis.out_spec, positional(fw_callable), None, **_runtime_context(call))
 
 
@@ -613,6 +613,14 @@ def _view_outputs(gm: torch.fx.GraphModule, md: ViewAndMutationMetadata, signatu
         and isinstance(outs[p].target, torch._ops.OpOverload)
         and outs[p].target.is_view
     )
+
+
+def _outputs_as_eager(
+    compiled: Callable, gm: torch.fx.GraphModule, md: ViewAndMutationMetadata, signature: GraphSignature
+) -> Callable:
+    """The compiled forward (or inference) graph ``gm`` with its fresh outputs as eager's:
+    no views (:func:`_detaching`), eager's strides (:func:`~aotgrad.core.layout.restriding`)."""
+    return restriding(_detaching(compiled, _view_outputs(gm, md, signature)), eager_layouts(gm, md, signature))
 
 
 def _detaching(compiled: Callable, positions: tuple[int, ...]) -> Callable:

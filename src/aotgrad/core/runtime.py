@@ -92,10 +92,8 @@ def _regenerate(base: torch.Tensor, info: OutputInfo, geometry: tuple | None) ->
         base = base.detach()
         if not info.is_view:
             # (a dtype view is no autograd view in eager either)
-            size, stride, offset = (info.size, info.stride, info.storage_offset) if geometry is None else geometry
             out = _as_dtype(base, info.dtype)
-            if (tuple(out.shape), out.stride(), out.storage_offset()) != (tuple(size), tuple(stride), offset):
-                _restride(out, (size, stride, offset))
+            _restride_to_output(out, info, geometry)
             return out
     if info.no_grad_steps and base.requires_grad:
         # eager made the first steps under no_grad: the chain's gradient stops there
@@ -273,9 +271,7 @@ def _detached_alias_with_history(real: torch.Tensor, value: torch.Tensor, info: 
     is copied in with grad enabled, so the alias's grad_fn leads into the compiled backward,
     and the version counter is set back (one in-place op in eager, one write back here)."""
     out = real.detach()
-    size, stride, offset = (info.size, info.stride, info.storage_offset) if geometry is None else geometry
-    if (tuple(out.shape), out.stride(), out.storage_offset()) != (tuple(size), tuple(stride), offset):
-        _restride(out, (size, stride, offset))
+    _restride_to_output(out, info, geometry)
     version = out._version
     prev = torch.is_grad_enabled()
     _set_grad_enabled(True)
@@ -343,6 +339,14 @@ def replay_metadata(real: torch.Tensor, new_view: tuple) -> None:
     """
     with torch.set_grad_enabled(torch.is_grad_enabled() and real.requires_grad and not real.is_leaf):
         _restride(real, new_view)
+
+
+def _restride_to_output(t: torch.Tensor, info: OutputInfo, geometry: tuple | None) -> None:
+    """Give ``t`` (a fresh alias, no autograd view) the output's eager geometry: ``geometry``
+    where the call computed it (symbolic sizes), else the static one ``info`` recorded."""
+    size, stride, offset = (info.size, info.stride, info.storage_offset) if geometry is None else geometry
+    if (tuple(t.shape), t.stride(), t.storage_offset()) != (tuple(size), tuple(stride), offset):
+        _restride(t, (size, stride, offset))
 
 
 def _restride(t: torch.Tensor, geometry: tuple) -> None:
