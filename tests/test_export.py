@@ -105,7 +105,8 @@ class _Mutating(nn.Module):
     [
         ({"trace_joint": True}, "output_loss_index"),
         ({"trace_joint": True, "output_loss_index": 3}, "has 1 outputs"),
-        ({"trace_joint": False, "pre_dispatch": True}, "pre_dispatch"),
+        ({"trace_joint": True, "output_loss_index": 0, "pre_dispatch": True},
+         "pre_dispatch is not supported when trace_joint is True"),
         ({"trace_joint": False, "dynamic_shapes": True}, "dynamic_shapes"),
     ],
 )
@@ -148,6 +149,111 @@ def test_export_rejects_what_a_graph_cannot_express():
 
     with pytest.raises(aotgrad.AotgradCompileError, match="tied"):
         aotgrad.aot_export_module(Tied(), (torch.randn(2, 3),), trace_joint=True, output_loss_index=0)
+
+
+class _GradRegions(nn.Module):
+    """A layer whose gradient depends on grad-mode regions inside the program."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+        self.scale = nn.Parameter(torch.randn(3))
+        self.register_buffer("steps", torch.zeros(()))
+
+    def forward(self, x):
+        h = self.lin(x)
+        with torch.no_grad():
+            frozen = h * self.scale  # no gradient reaches lin or scale through this
+            self.steps.add_(1)
+        return ((h + frozen) * self.scale).sum(), h.relu()
+
+
+def _call_pre_dispatch(gm, sig, module, *user_inputs):
+    """The exported graph called with the module's real parameters (requiring grad) and
+    copies of its buffers, as the signature names them."""
+    params, buffers = dict(module.named_parameters()), {k: v.clone() for k, v in module.named_buffers()}
+    user = iter(user_inputs)
+    inputs = []
+    for p in gm.graph.find_nodes(op="placeholder"):
+        if p.name in sig.inputs_to_parameters:
+            inputs.append(params[sig.inputs_to_parameters[p.name]])
+        elif p.name in sig.inputs_to_buffers:
+            inputs.append(buffers[sig.inputs_to_buffers[p.name]])
+        else:
+            inputs.append(next(user))
+    return dict(zip([n.name for n in graph_outputs(gm)], gm(*inputs)))
+
+
+def test_pre_dispatch_export_runs_under_autograd_as_eager():
+    """Pre-dispatch graphs sit above autograd: run with parameters that require grad, their
+    outputs, buffer mutations and gradients are eager's, no_grad regions included."""
+    torch.manual_seed(0)
+    m = _GradRegions()
+    ref = copy.deepcopy(m)
+    x = torch.randn(4, 3)
+    gm, sig = aotgrad.aot_export_module(m, (x,), trace_joint=False, pre_dispatch=True)
+    assert sig.backward_signature is None
+    assert sorted(sig.inputs_to_parameters.values()) == ["lin.bias", "lin.weight", "scale"]
+    out = _call_pre_dispatch(gm, sig, m, x)
+    loss, act = ref(x)
+    user = [out[n] for n in sig.user_outputs]
+    torch.testing.assert_close(user[0], loss)
+    torch.testing.assert_close(user[1], act)
+    (steps_out,) = [out[o] for o, b in sig.buffers_to_mutate.items() if b == "steps"]
+    torch.testing.assert_close(steps_out, ref.steps)
+    assert m.steps.item() == 0  # exporting ran nothing for real
+    user[0].backward()
+    loss.backward()
+    for name, p in m.named_parameters():
+        torch.testing.assert_close(p.grad, dict(ref.named_parameters())[name].grad, msg=name)
+    assert torch.is_grad_enabled()
+
+
+def test_pre_dispatch_graph_holds_ops_above_autograd():
+    """Composite ops autograd would decompose stay whole (linear, matmul); in-place ones are
+    functionalized (absolute_ -> abs); grad-mode changes are graph nodes."""
+    gm, _ = aotgrad.aot_export_module(_GradRegions(), (torch.randn(4, 3),), trace_joint=False, pre_dispatch=True)
+    targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    assert torch.ops.aten.linear.default in targets and torch.ops.aten.addmm.default not in targets
+    assert [n.args for n in gm.graph.nodes if n.target is torch._C._set_grad_enabled] == [(False,), (True,)]
+    assert not any(getattr(t, "_schema", None) is not None and t._schema.is_mutable for t in targets)
+
+    class Inplace(nn.Module):
+        def forward(self, x):
+            y = x.clone()
+            torch.ops.aten.absolute_.default(y)
+            return (y @ x,)
+
+    x = torch.randn(3, 3)
+    gm, _ = aotgrad.aot_export_module(Inplace(), (x,), trace_joint=False, pre_dispatch=True)
+    targets = {n.target for n in gm.graph.nodes if n.op == "call_function"}
+    assert torch.ops.aten.abs.default in targets and torch.ops.aten.matmul.default in targets
+    torch.testing.assert_close(gm(x)[0], Inplace()(x)[0])
+    assert [p.name for p in gm.graph.find_nodes(op="placeholder")] == ["arg0_1"]
+
+
+def test_pre_dispatch_export_returns_user_input_mutations_and_refuses_writes_into_dropout():
+    class Counter(nn.Module):
+        def forward(self, x, seen):
+            seen.add_(x.sum())
+            return (x.t() * 2,)
+
+    x, seen = torch.randn(2, 3), torch.zeros(())
+    gm, sig = aotgrad.aot_export_module(Counter(), (x, seen), trace_joint=False, pre_dispatch=True)
+    assert list(sig.user_inputs_to_mutate.values()) == [sig.user_inputs[1]]
+    new_seen, out = gm(x, seen)
+    torch.testing.assert_close(new_seen, x.sum())
+    torch.testing.assert_close(out, x.t() * 2)
+    assert seen.item() == 0
+
+    class DropoutThenWrite(nn.Module):
+        def forward(self, x):
+            y = torch.ops.aten.dropout.default(x, 0.1, train=False)
+            y.add_(1)  # y is x in eager; torch's export refuses the write, and so do we
+            return (y,)
+
+    with pytest.raises(RuntimeError, match="cannot mutate tensors with frozen storage"):
+        aotgrad.aot_export_module(DropoutThenWrite(), (torch.randn(2, 2),), trace_joint=False, pre_dispatch=True)
 
 
 def test_parameter_mutation_is_rejected():

@@ -154,12 +154,17 @@ def aot_export_module(
     new values of mutated buffers and user inputs, then the user outputs (flattened), then,
     with ``trace_joint``, the gradient of the loss (user output ``output_loss_index``, a
     scalar) with respect to each parameter and user input that requires grad. Without
-    ``trace_joint`` the graph is traced under ``no_grad``. ``pre_dispatch`` and
-    ``dynamic_shapes=True`` are not supported and raise.
+    ``trace_joint`` the graph is traced under ``no_grad``, unless ``pre_dispatch``: then it
+    holds ATen ops above autograd (composite ops such as ``linear`` kept whole), traced in
+    the caller's grad mode with the program's grad-mode changes as
+    ``torch._C._set_grad_enabled`` nodes (:func:`~aotgrad.core.tracing.trace_pre_dispatch`);
+    torch's only such mode, it cannot be joint. ``dynamic_shapes=True`` is not supported and
+    raises. Placeholders are named ``arg{i}_1``, as torch's.
     """
     what = "aot_export_module"
-    if pre_dispatch:
-        raise AotgradCompileError(f"{what}: pre_dispatch=True is not supported; export post-dispatch (the default).")
+    if pre_dispatch and trace_joint:
+        # torch's words: a joint graph is traced below autograd
+        raise AotgradCompileError("pre_dispatch is not supported when trace_joint is True.")
     if dynamic_shapes:
         raise AotgradCompileError(f"{what}: dynamic_shapes=True is not supported; sizes are exported static.")
     if trace_joint and output_loss_index is None:
@@ -177,8 +182,11 @@ def aot_export_module(
     def functional_forward(*flat: Any, **kw: Any) -> Any:
         return torch.func.functional_call(mod, dict(zip(names, flat[:n_state])), flat[n_state:], kw)
 
-    with torch.set_grad_enabled(trace_joint):
-        traced = _analyse_for_export(functional_forward, (*state.values(), *args), kwargs, trace_joint, what)
+    # Pre-dispatch graphs record grad mode, so they are traced in the caller's; the others
+    # are traced with grad exactly where a backward is wanted.
+    grad_enabled = torch.is_grad_enabled() if pre_dispatch else trace_joint
+    with torch.set_grad_enabled(grad_enabled):
+        traced = _analyse_for_export(functional_forward, (*state.values(), *args), kwargs, grad_enabled, what)
     md = traced.analysis.metadata
     _refuse_requires_grad_changes(md, what)
     out_leaves_count = len(md.output_info)
@@ -188,6 +196,12 @@ def aot_export_module(
             traced.program, traced.analysis, traced.fake_inputs, traced.fake_mode, decompositions,
             output_loss_index,
         )
+    elif pre_dispatch:
+        with torch.set_grad_enabled(grad_enabled):
+            gm = tracing.trace_pre_dispatch(
+                traced.program, traced.analysis, traced.fake_inputs, traced.fake_mode, decompositions,
+            )
+        grad_inputs = ()
     else:
         gm = tracing.trace_inference(
             traced.program, traced.analysis, traced.fake_inputs, traced.fake_mode, decompositions,

@@ -19,6 +19,7 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 from torch._prims_common import is_non_overlapping_and_dense_or_false
+from torch._dispatch.python import enable_python_dispatcher
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch._subclasses.functional_tensor import FunctionalTensorMode
 from torch.fx._lazy_graph_module import _use_lazy_graph_module
@@ -31,7 +32,7 @@ from .eager_rewrites import EagerRewrites
 from .effects import effects_as_ordered_nodes, is_effectful
 from .signature import GraphSignature, mark_tangents
 
-__all__ = ["IN_CUSTOM_FUNCTION", "NO_GRAD", "JointGraph", "NoGradMarks", "analyze_tracing_inference", "trace_function", "trace_inference", "trace_joint", "trace_loss_joint"]
+__all__ = ["IN_CUSTOM_FUNCTION", "NO_GRAD", "JointGraph", "NoGradMarks", "analyze_tracing_inference", "trace_function", "trace_inference", "trace_joint", "trace_loss_joint", "trace_pre_dispatch"]
 
 Program = Callable[..., tuple[list[Any], Any]]
 
@@ -136,11 +137,14 @@ def _clone_keeping_strides(x: torch.Tensor) -> torch.Tensor:
 
 
 def _trace(
-    fn: Callable, args: tuple, decompositions: dict | None, fake_mode: FakeTensorMode, *, lazy: bool = False
+    fn: Callable, args: tuple, decompositions: dict | None, fake_mode: FakeTensorMode, *, lazy: bool = False,
+    pre_dispatch: bool = False,
 ) -> torch.fx.GraphModule:
     """``fn`` traced over ``args`` into a graph with flat positional placeholders. ``lazy``:
     a graph no compiler is handed (the joint, which the partitioner splits) generates its
-    Python code only when something reads or calls it (torch's ``_LazyGraphModule``)."""
+    Python code only when something reads or calls it (torch's ``_LazyGraphModule``).
+    ``pre_dispatch``: ops are recorded above autograd (make_fx's pre-dispatch tracing), grad
+    mode changes as ``torch._C._set_grad_enabled`` nodes; ``fn`` functionalizes at that level."""
     # Inputs that are already plain fake tensors of ``fake_mode`` (static sizes) are traced
     # as they are; make_fx's "fake" mode would convert each one into a new fake tensor first.
     tracing_mode = "real" if fake_mode.shape_env is None and all(
@@ -148,8 +152,11 @@ def _trace(
         for t in pytree.tree_leaves(args) if isinstance(t, torch.Tensor)
     ) else "fake"
     try:
-        with fake_mode, effects_as_ordered_nodes(), _use_lazy_graph_module(lazy):
-            gm = make_fx(fn, decomposition_table=decompositions or {}, tracing_mode=tracing_mode)(*args)
+        dispatcher = enable_python_dispatcher() if pre_dispatch else contextlib.nullcontext()
+        with fake_mode, dispatcher, effects_as_ordered_nodes(), _use_lazy_graph_module(lazy):
+            gm = make_fx(
+                fn, decomposition_table=decompositions or {}, tracing_mode=tracing_mode, pre_dispatch=pre_dispatch
+            )(*args)
     except AotgradCompileError:
         raise
     except Exception as exc:  # tracing a program that ran fine on fake tensors in analysis
@@ -483,6 +490,40 @@ def trace_inference(
     gm.graph.eliminate_dead_code(is_impure_node=_keep_node)
     gm.recompile()
     signature.check_forward_graph(gm, saved=False)
+    return gm
+
+
+def trace_pre_dispatch(
+    program: Program,
+    analysis: Analysis,
+    fake_inputs: list[torch.Tensor],
+    fake_mode: FakeTensorMode,
+    decompositions: dict | None,
+) -> torch.fx.GraphModule:
+    """Trace the functional forward above autograd (export's ``pre_dispatch=True``) into a
+    graph over ``arg{i}_1`` returning what ``analysis.signature`` lays out (no kept mutations).
+
+    Run in the caller's grad mode, as eager: the program's grad-mode changes are recorded as
+    ``torch._C._set_grad_enabled`` nodes, and autograd has not decomposed anything yet, so
+    functional CompositeImplicitAutograd ops (``linear``, ``matmul``, ``dropout``) stay whole
+    while in-place and view ones decompose (torch's functionalization in export mode
+    decides which). ``dropout``'s output may not be written in place (its storage is frozen:
+    it can be its input, or a fresh tensor, depending on ``train``), as in torch.
+    """
+    forward = _functional_forward(program, analysis, protect_mutated_inputs=False)
+    primals = _primals(fake_inputs, fake_mode)
+
+    def pre_dispatch_forward(*args: Any) -> tuple:
+        mode = FunctionalTensorMode(pre_dispatch=True, export=True)
+        with mode:
+            f_primals = [to_functional(p) for p in args]
+            outs = forward(*f_primals)
+        return tuple(from_functional(o) for o in outs)  # a tuple, as torch's exported graphs
+
+    gm = _trace(pre_dispatch_forward, tuple(primals), decompositions, fake_mode, pre_dispatch=True)
+    gm.graph.eliminate_dead_code(is_impure_node=_keep_node)
+    gm.recompile()
+    analysis.signature.check_forward_graph(gm, saved=False)
     return gm
 
 
