@@ -256,6 +256,35 @@ def test_pre_dispatch_export_returns_user_input_mutations_and_refuses_writes_int
         aotgrad.aot_export_module(DropoutThenWrite(), (torch.randn(2, 2),), trace_joint=False, pre_dispatch=True)
 
 
+def test_inference_graphs_name_their_inputs_as_torchs():
+    """torch names an inference graph's placeholders ``arg{i}_1`` (compiled or exported) and a
+    training forward's ``primals_{i}``; what a compiler or an export signature shows."""
+    names = []
+
+    def compiler(gm, example_inputs):
+        names.append([p.name for p in gm.graph.find_nodes(op="placeholder")])
+        return gm
+
+    cf = aotgrad.aot_function(lambda x, y: x * y, compiler)
+    cf(torch.randn(2), torch.randn(2))
+    cf(torch.randn(2, requires_grad=True), torch.randn(2))
+    assert names[0] == ["arg0_1", "arg1_1"] and names[1] == ["primals_1", "primals_2"]
+
+    class M(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("buffer1", torch.ones(6, 4))
+
+        def forward(self, x, y):
+            y.add_(4)
+            self.buffer1.add_(5)
+            return (x.cos().sum() + y.sin().sum(), self.buffer1.sum())
+
+    gm, sig = aotgrad.aot_export_module(M(), [torch.ones(6, 4), torch.zeros(6, 4)], trace_joint=False)
+    assert sig.user_inputs == ["arg1_1", "arg2_1"] and sig.inputs_to_buffers == {"arg0_1": "buffer1"}
+    assert list(sig.user_inputs_to_mutate.values()) == ["arg2_1"]
+
+
 def test_parameter_mutation_is_rejected():
     class M(nn.Module):
         def __init__(self) -> None:
@@ -319,11 +348,16 @@ def test_compilers_see_the_compilation_context():
             cf(torch.randn(3))
     finally:
         aotgrad.set_model_name("model")
-    assert [s[0] for s in seen] == [["forward"], ["backward"], ["inference"]]
-    assert seen[0][1].startswith("tiny__forward_")
+    # one compiled function: one aot_id prefix (torch's "{aot_id}_{kind}" names)
+    (aot_id,) = {s[0][0].split("_")[0] for s in seen}
+    assert [s[0] for s in seen] == [[f"{aot_id}_forward"], [f"{aot_id}_backward"], [f"{aot_id}_inference"]]
+    assert seen[0][1].startswith(f"tiny__{aot_id}_forward_")
     n_forward = int(seen[0][1].rsplit("_", 1)[1])
-    assert seen[1][1] == f"tiny__backward_{n_forward + 1}"
+    assert seen[1][1] == f"tiny__{aot_id}_backward_{n_forward + 1}"
     assert aotgrad.get_aot_compilation_context()[0] == []  # outside a compiler
+    seen.clear()
+    aotgrad.aot_function(lambda x: x.cos(), compiler)(torch.randn(3))
+    assert seen[0][0] == [f"{int(aot_id) + 1}_inference"]  # the next compiled function
 
 
 #: torch's public AOT Autograd names (torch/_functorch/aot_autograd.py and compilers.py)

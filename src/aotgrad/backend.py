@@ -35,6 +35,7 @@ import torch.fx
 
 from . import compilers
 from .config import AotConfig
+from .context import next_aot_id
 from .core.symbolic import SymbolicLeaves, symbolic_leaves_of_examples
 from .module import compiled_module_forward
 
@@ -87,7 +88,10 @@ class AotgradBackend:
             "%s backend: graph with %d nodes, %d inputs (%s)", self.name, len(gm.graph.nodes), len(example_inputs),
             f"symbolic: {symbolic}" if symbolic else "static",
         )
-        config = dataclasses.replace(self.config, dynamic=bool(symbolic), symbolic_leaves=symbolic)
+        # each Dynamo graph is a compiled function of its own (its aot_id), as in torch
+        config = dataclasses.replace(
+            self.config, dynamic=bool(symbolic), symbolic_leaves=symbolic, aot_id=next_aot_id()
+        )
         return compiled_module_forward(gm, example_inputs, config)
 
 

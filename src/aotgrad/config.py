@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from .context import next_aot_id
 from .core.symbolic import SymbolicLeaves
 from .partition import default_partition
 
@@ -52,6 +53,10 @@ class AotConfig:
     #: :mod:`aotgrad.core.provenance`): what ``aotgrad.explain`` shows; a frame walk per
     #: torch call while tracing, so off unless something will look
     record_source_lines: bool = False
+    #: the compiled function's number in the compilation context (torch's ``aot_id``: graph
+    #: names ``"{aot_id}_forward"``...); a new one per config, kept by ``dataclasses.replace``
+    #: (the same function, other options); no option, so not compared
+    aot_id: int = field(default_factory=next_aot_id, compare=False)
 
     def __post_init__(self) -> None:
         if not callable(self.fw_compiler):

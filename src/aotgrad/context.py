@@ -5,18 +5,26 @@ torch's AOT Autograd lets a compiler call ``get_aot_compilation_context()`` (and
 inference graph, of which model, the how-manieth; compilers written for torch (graph
 dumpers, debug compilers) do. The same names with the same results are here. The state is
 a context variable set only while the pipeline calls a compiler (:func:`compiling`).
+
+As in torch, a graph's name is ``"{aot_id}_{kind}"``: ``aot_id`` numbers the compiled
+functions of the process (one per ``aot_function`` / ``aot_module`` /
+``aot_module_simplified`` call and per graph Dynamo hands the backend, :func:`next_aot_id`),
+so a compiler can tell which graphs belong together. Unlike torch's, aotgrad's backward is
+compiled ahead of time, with its forward, not at the first backward call.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import itertools
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 __all__ = [
-    "compiling", "get_aot_compilation_context", "get_aot_graph_name", "get_graph_being_compiled", "set_model_name",
+    "compiling", "get_aot_compilation_context", "get_aot_graph_name", "get_graph_being_compiled", "next_aot_id",
+    "set_model_name",
 ]
 
 
@@ -32,6 +40,13 @@ _model_name = contextvars.ContextVar("aotgrad_model_name", default="model")
 _lock = threading.Lock()
 #: how many graphs have been handed to compilers so far, in this process
 _graphs_compiled = 0
+#: torch's AOT_COUNTER: the next compiled function's number
+_aot_ids = itertools.count()
+
+
+def next_aot_id() -> int:
+    """A new compiled function's number (torch's ``aot_id``), unique in the process."""
+    return next(_aot_ids)
 
 
 def set_model_name(name: str) -> None:
@@ -40,12 +55,13 @@ def set_model_name(name: str) -> None:
 
 
 @contextlib.contextmanager
-def compiling(graph: str) -> Iterator[None]:
-    """While a compiler runs on the ``graph`` ("forward", "backward", "inference") graph."""
+def compiling(kind: str, aot_id: int) -> Iterator[None]:
+    """While a compiler runs on the ``kind`` ("forward", "backward", "inference") graph of
+    compiled function ``aot_id``: the graph is named ``"{aot_id}_{kind}"``."""
     global _graphs_compiled
     with _lock:
         n, _graphs_compiled = _graphs_compiled, _graphs_compiled + 1
-    token = _current.set(_Compiling(graph, _model_name.get(), n))
+    token = _current.set(_Compiling(f"{aot_id}_{kind}", _model_name.get(), n))
     try:
         yield
     finally:

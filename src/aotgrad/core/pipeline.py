@@ -409,11 +409,11 @@ def _compile_training(
         if (p := viewed_placeholder(node)) is not None and placeholders.index(p) in data_mutated
     )
     with _stage(call.times, "compile forward"):
-        fw_compiled, _ = _compile_graph("forward", config.fw_compiler, fw_module, list(primals), call.fake_mode)
+        fw_compiled, _ = _compile_graph("forward", config, fw_module, list(primals), call.fake_mode)
     fw_callable = _outputs_as_eager(fw_compiled, fw_module, md, signature)
     bw_inputs = [n.meta.get("val") for n in bw_module.graph.find_nodes(op="placeholder")]
     with _stage(call.times, "compile backward"):
-        bw_callable, bw_boundary = _compile_graph("backward", config.bw_compiler, bw_module, bw_inputs, call.fake_mode)
+        bw_callable, bw_boundary = _compile_graph("backward", config, bw_module, bw_inputs, call.fake_mode)
     first_tangent = len(bw_inputs) - len(signature.tangents)
     avals = call.analysis.forward_output_avals
     backward = BackwardSpec(
@@ -474,25 +474,27 @@ def _compile_inference(
     with call.fake_mode:
         example = [t.detach() if isinstance(t, torch.Tensor) else t for t in call.fake_inputs]
     with _stage(call.times, "compile inference"):
-        compiled, _ = _compile_graph("inference", config.inference_compiler, gm, example, call.fake_mode)
+        compiled, _ = _compile_graph("inference", config, gm, example, call.fake_mode)
     fw_callable = _outputs_as_eager(compiled, gm, md, signature)
     return CompiledRuntime(md, signature, call.analysis.out_spec, positional(fw_callable), None, **_runtime_context(call))
 
 
 def _compile_graph(
-    kind: str, compiler: Callable, gm: torch.fx.GraphModule, example: list[Any], fake_mode: FakeTensorMode
+    kind: str, config: AotConfig, gm: torch.fx.GraphModule, example: list[Any], fake_mode: FakeTensorMode
 ) -> tuple[Callable, SubclassBoundary | None]:
-    """``compiler(gm, example)`` under the compilation context, as a positional callable.
+    """``compiler(gm, example)`` under the compilation context, as a positional callable:
+    ``config``'s compiler for the ``kind`` ("forward", "backward", "inference") of graph.
 
     A graph with tensor-subclass inputs or outputs is handed to the compiler retraced over
     the subclasses' inner tensors, and the result wrapped back (:mod:`.subclasses`); the
     boundary is returned too (None without subclasses)."""
+    compiler = {"forward": config.fw_compiler, "backward": config.bw_compiler, "inference": config.inference_compiler}[kind]
     boundary = subclass_boundary(gm, example, fake_mode)
     if boundary is None:
-        with compiling(kind):
+        with compiling(kind, config.aot_id):
             return positional(compiler(gm, example)), None
     log.debug("aotgrad: %s graph over tensor subclasses: %r", kind, boundary)
-    with compiling(kind):
+    with compiling(kind, config.aot_id):
         compiled = compiler(boundary.graph, boundary.example_inputs)
     return boundary.wrap(positional(compiled)), boundary
 

@@ -456,7 +456,8 @@ def trace_inference(
     *,
     grad_enabled: bool,
 ) -> torch.fx.GraphModule:
-    """Trace the functional forward alone (no autograd) into a graph over ``primals_*``.
+    """Trace the functional forward alone (no autograd) into a graph over ``arg{i}_1``
+    (torch's names for an inference graph's inputs; a training forward's are ``primals_*``).
 
     The graph returns what ``signature`` (the analysis's, less the kept mutations) lays out:
     the data mutations of the graph inputs ``analysis.signature`` returns but ``signature``
@@ -470,7 +471,7 @@ def trace_inference(
     # (matmul's folding), and the analysis ran with it.
     primals = _primals(fake_inputs, fake_mode)
 
-    def inference(primals: list) -> list:
+    def inference(*primals: Any) -> list:
         mode = FunctionalTensorMode()
         with mode:
             f_primals = [to_functional(p) for p in primals]
@@ -485,7 +486,7 @@ def trace_inference(
         result.extend(from_functional(o) for o in outs[returned.stop:])
         return result
 
-    gm = _trace(inference, (primals,), decompositions, fake_mode)
+    gm = _trace(inference, tuple(primals), decompositions, fake_mode)
     # The joint graph is pruned by the partitioner; this one goes to the compiler as is.
     gm.graph.eliminate_dead_code(is_impure_node=_keep_node)
     gm.recompile()
@@ -554,9 +555,9 @@ def analyze_tracing_inference(
         state["proxy"] = torch._C._unset_dispatch_mode(torch._C._TorchDispatchModeKey.PROXY)
         return out_leaves, spec
 
-    def traced(primals: list) -> list:
+    def traced(*primals: Any) -> list:  # placeholders arg{i}_1, as trace_inference's
         try:
-            analysis = analyze(analysed_program, primals)
+            analysis = analyze(analysed_program, list(primals))
         finally:
             proxy = state.pop("proxy", None)
             if proxy is not None:
@@ -576,7 +577,7 @@ def analyze_tracing_inference(
         return [from_functional(o) for o in outs]
 
     with fake_mode, effects_as_ordered_nodes():
-        gm = make_fx(traced, tracing_mode="real")(list(fake_inputs))
+        gm = make_fx(traced, tracing_mode="real")(*fake_inputs)
     analysis = state["analysis"]
     if not state.get("graph") or _holds_fake_constant(gm):
         return analysis, None
