@@ -285,6 +285,28 @@ def test_inference_graphs_name_their_inputs_as_torchs():
     assert list(sig.user_inputs_to_mutate.values()) == ["arg2_1"]
 
 
+def test_export_takes_a_repeated_tensor_at_each_position_unless_mutated_or_joint():
+    def f(a, b):
+        return (a * b + 1,)
+
+    x = torch.randn(3)
+    g = aotgrad.aot_export_joint_simple(f, (x, x), trace_joint=False)
+    assert len(g.graph.find_nodes(op="placeholder")) == 2
+    torch.testing.assert_close(g(x, x)[0], f(x, x)[0])
+    y = torch.randn(3)
+    torch.testing.assert_close(g(x, y)[0], f(x, y)[0])  # positions are independent inputs
+
+    def mutates(a, b):
+        a.mul_(2)
+        return (a + b,)
+
+    with pytest.raises(RuntimeError, match="Encountered duplicated inputs that are mutated in the graph"):
+        aotgrad.aot_export_joint_simple(mutates, (x, x), trace_joint=False)
+    w = torch.randn(3, requires_grad=True)
+    with pytest.raises(aotgrad.AotgradCompileError, match="part of its gradient"):
+        aotgrad.aot_export_joint_simple(f, (w, w), trace_joint=True)
+
+
 def test_parameter_mutation_is_rejected():
     class M(nn.Module):
         def __init__(self) -> None:

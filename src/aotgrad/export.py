@@ -6,8 +6,8 @@ instead of a runtime that writes mutations back and rebuilds aliases, the caller
 graph and an :class:`ExportGraphSignature` naming every placeholder and output, and applies
 mutations itself. What the graph cannot express is rejected at export time: metadata
 mutations of inputs, data mutations of anything that requires grad (parameters), mutated
-inputs that alias other inputs, parameters under two names; with ``trace_joint``, a loss that
-is no scalar requiring grad, and other outputs that require grad.
+inputs that alias other inputs or are passed twice; with ``trace_joint``, a tensor passed twice
+(tied parameters), a loss that is no scalar requiring grad, and other outputs that require grad.
 """
 
 from __future__ import annotations
@@ -100,20 +100,51 @@ class _Traced:
     fake_mode: FakeTensorMode
 
 
-def _analyse_for_export(fn: Callable, args: tuple, kwargs: dict, grad_enabled: bool, what: str) -> _Traced:
+def _untie_duplicates(leaves: list[Any]) -> tuple[list[Any], set[int]]:
+    """``leaves`` with each repeat of a tensor replaced by a new alias of it (``detach()``,
+    same ``requires_grad``), so each position is a graph input of its own (torch's export does
+    the same); and the ids of every tensor standing for a repeated one."""
+    seen: dict[int, torch.Tensor] = {}
+    repeated: set[int] = set()
+    untied = []
+    for leaf in leaves:
+        if isinstance(leaf, torch.Tensor) and id(leaf) in seen:
+            alias = leaf.detach().requires_grad_(leaf.requires_grad)
+            repeated.update((id(leaf), id(alias)))
+            leaf = alias
+        elif isinstance(leaf, torch.Tensor):
+            seen[id(leaf)] = leaf
+        untied.append(leaf)
+    return untied, repeated
+
+
+def _analyse_for_export(
+    fn: Callable, args: tuple, kwargs: dict, grad_enabled: bool, what: str, *, joint: bool
+) -> _Traced:
+    """Analyse ``fn`` for export; refuse what an exported graph cannot express.
+
+    The same tensor passed twice is two graph inputs, as in torch, where neither is mutated
+    and no gradient is traced (``joint``: each position would get part of the gradient)."""
     leaves, spec = flatten_call(args, kwargs)
-    layout = layout_for(leaves, spec)
-    if layout.has_duplicates:
+    leaves, repeated = _untie_duplicates(leaves)
+    if repeated and joint:
         raise AotgradCompileError(
-            f"{what}: the same tensor is passed as two inputs (tied parameters?); export needs "
-            "each graph input once. Pass it once, or untie it."
+            f"{what}: the same tensor is passed as two inputs (tied parameters?); a joint graph "
+            "would give each position part of its gradient. Pass it once, or untie it."
         )
+    layout = layout_for(leaves, spec)
     call_inputs = layout.call_inputs_of(leaves)
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
     fake_inputs = [fake_mode.from_tensor(t) for t in call_inputs]
     program = layout.program_of(fn)
     analysis = analyze(program, fake_inputs, fake_mode, grad_enabled=grad_enabled)
     md = analysis.metadata
+    for i, info in enumerate(md.input_info):
+        if id(call_inputs[i]) in repeated and (info.mutates_data or info.mutates_metadata):
+            raise AotgradCompileError(
+                f"{what}: Encountered duplicated inputs that are mutated in the graph you are trying "
+                f"to export: input {i} is passed more than once and changed in place. Pass it once."
+            )
     for i, info in enumerate(md.input_info):
         if info.mutates_metadata:
             raise AotgradCompileError(f"{what}: Found an input that received a metadata mutation: input {i} has its size/stride "
@@ -176,6 +207,7 @@ def aot_export_module(
     named_buffers = dict(mod.named_buffers(remove_duplicate=False))
     state = {**named_parameters, **named_buffers}
     names = list(state)
+    _refuse_tied_state(state, what)
     args, kwargs = tuple(args), dict(kwargs or {})
     n_state = len(names)
 
@@ -186,7 +218,9 @@ def aot_export_module(
     # are traced with grad exactly where a backward is wanted.
     grad_enabled = torch.is_grad_enabled() if pre_dispatch else trace_joint
     with torch.set_grad_enabled(grad_enabled):
-        traced = _analyse_for_export(functional_forward, (*state.values(), *args), kwargs, grad_enabled, what)
+        traced = _analyse_for_export(
+            functional_forward, (*state.values(), *args), kwargs, grad_enabled, what, joint=trace_joint
+        )
     md = traced.analysis.metadata
     _refuse_requires_grad_changes(md, what)
     out_leaves_count = len(md.output_info)
@@ -247,6 +281,20 @@ def aot_export_module(
     return gm, signature
 
 
+def _refuse_tied_state(state: dict[str, torch.Tensor], what: str) -> None:
+    """Parameters and buffers must be distinct tensors (torch's rule): the graph takes one
+    input per name, and the module cannot be called with tied names given two values."""
+    names_of: dict[int, list[str]] = {}
+    for name, t in state.items():
+        names_of.setdefault(id(t), []).append(name)
+    tied = [names for names in names_of.values() if len(names) > 1]
+    if tied:
+        raise AotgradCompileError(
+            f"{what}: parameters or buffers are tied (one tensor under the names {tied[0]}); an "
+            "exported graph takes each name as an input of its own. Untie them for export."
+        )
+
+
 def _check_loss(md: Any, loss_index: int, n_outputs: int, what: str) -> None:
     if not 0 <= loss_index < n_outputs:
         raise AotgradCompileError(f"{what}: output_loss_index={loss_index}, but the forward has {n_outputs} outputs.")
@@ -286,7 +334,7 @@ def aot_export_joint_simple(
         raise AotgradCompileError(f"{what} requires individual inputs not to be pytrees: inputs must be a flat tuple of "
             "tensors (no pytrees, no constants).")
     with torch.set_grad_enabled(trace_joint):
-        traced = _analyse_for_export(func, args, {}, trace_joint, what)
+        traced = _analyse_for_export(func, args, {}, trace_joint, what, joint=trace_joint)
     md = traced.analysis.metadata
     _refuse_requires_grad_changes(md, what)
     if md.mutated_input_indices:

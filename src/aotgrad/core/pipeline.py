@@ -286,9 +286,11 @@ def _analyze_call(
         raise _NeedsStaticTrace("aliased inputs of which one is mutated need synthetic bases")
     if holds_subclass(call_inputs[:n]):
         raise AotgradCompileError(
-            "aotgrad: tensor-subclass inputs that alias one another, one of them mutated, are not "
-            "supported (they would need a synthetic base over the subclass's inner tensors). Pass "
-            "separate tensors (e.g. clone() one of the views) or mutate them outside the function."
+            "aotgrad: Encountered aliased inputs that are mutated in the graph, but at least one "
+            "input/output to the graph is a tensor subclass. This is not supported today (torch's "
+            "words): tensor-subclass inputs that alias one another, one of them mutated, would need a "
+            "synthetic base over the subclass's inner tensors. Pass separate tensors (e.g. clone() "
+            "one of the views) or mutate them outside the function."
         )
     log.debug("aotgrad: %r", input_aliasing)
     graph_inputs = input_aliasing.graph_inputs(call_inputs)
