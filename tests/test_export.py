@@ -5,6 +5,7 @@ names and compared with eager."""
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 import torch
@@ -400,6 +401,33 @@ def test_torch_public_names_are_on_aotgrad(name):
 
     assert hasattr(torch_aot, name) or hasattr(torch_compilers, name), f"{name} is not a torch name"
     assert hasattr(aotgrad, name)
+
+
+def _torch_public_aot_names() -> set[str]:
+    """Public names of functorch.compile and the functions and classes defined at the top of
+    torch's aot_autograd.py and compilers.py (read, never imported by aotgrad)."""
+    import ast
+    import functorch.compile
+    import torch._functorch.aot_autograd as torch_aot
+    import torch._functorch.compilers as torch_compilers
+
+    names = {n for n in dir(functorch.compile) if not n.startswith("_")}
+    for module in (torch_aot, torch_compilers):
+        tree = ast.parse(open(module.__file__).read())
+        names |= {
+            n.name for n in tree.body
+            if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and not n.name.startswith("_")
+        }
+    return names
+
+
+def test_user_guide_says_for_each_torch_aot_name_whether_aotgrad_has_it():
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "user-guide.md").read_text()
+    section = guide.split("## torch's names", 1)[1].split("\n## ", 1)[0]
+    missing = sorted(n for n in _torch_public_aot_names() if f"`{n}`" not in section)
+    assert not missing, f"docs/user-guide.md (torch's names) does not list {missing}"
+    for name in TORCH_NAMES_WE_HAVE:
+        assert f"`{name}`" in section
 
 
 class _ExportRefusal(nn.Module):

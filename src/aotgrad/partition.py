@@ -600,16 +600,23 @@ def saved_values(fw_module: fx.GraphModule, num_fwd_outputs: int) -> tuple[list[
     return tensors, symints
 
 
-def viewed_placeholder(node: fx.Node) -> fx.Node | None:
-    """The forward graph's placeholder that ``node`` is (or is a view of, through view ops
-    such as ``select``, ``t``, ``as_strided``), else None: a saved value the runtime's write
-    back of that input would change under backward's feet."""
+def view_root(node: fx.Node) -> fx.Node:
+    """The node whose value ``node``'s is a view of, through view ops such as ``select``,
+    ``t``, ``as_strided`` (``node`` itself if it is no view): at run time the two share a
+    version counter."""
     while node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) and node.target.is_view:
         source = node.args[0]
         if not isinstance(source, fx.Node):
-            return None
+            break
         node = source
-    return node if node.op == "placeholder" else None
+    return node
+
+
+def viewed_placeholder(node: fx.Node) -> fx.Node | None:
+    """The forward graph's placeholder that ``node`` is (or is a view of), else None: a
+    saved value the runtime's write back of that input would change under backward's feet."""
+    root = view_root(node)
+    return root if root.op == "placeholder" else None
 
 
 def grad_tangent_dependencies(bw_module: fx.GraphModule) -> tuple[frozenset[int], ...]:

@@ -82,7 +82,6 @@ KNOWN: dict[str, list[str]] = {
     "call: eager raised, impl did not: RuntimeError: a view of a leaf Variable that requires grad": ["test_metadata_mutation_of_view_of_leaf_raises"],
     "call: eager raised, impl did not: RuntimeError: Can't detach views in-place": ["test_detach__of_view_input_raises"],
     "call: eager raised, impl did not: RuntimeError: unsupported operation: some elements": ["test_overlapping_inplace_add_raises"],
-    "backward: eager raised, impl did not: RuntimeError: one of the variables needed": ["test_backward_after_mutating_returned_input_saved_by_relu_"],
     "backward: eager raised, impl did not: RuntimeError: Trying to use a saved tensor that has been detac": ["test_backward_after_detach__of_output_saved_for_backward"],
     "backward: eager raised, impl did not: RuntimeError: invalid gradient": ["test_unsqueeze__under_no_grad_then_backward_shape_error"],
     "backward: eager raised, impl did not: RuntimeError: Function": ["test_backward_through_reshape_of_input_unsqueezed_under_no_grad", "test_backward_of_view_after_no_grad_t__between_metadata_mutations"],

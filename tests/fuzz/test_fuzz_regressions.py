@@ -972,7 +972,6 @@ def f(a):
     )
 
 
-@XFAIL("aotgrad's backward succeeds: it does not see that the returned input, saved by relu_, was modified after the call")
 def test_backward_after_mutating_returned_input_saved_by_relu_():
     """d = x.clone(); d.relu_(); return d; then d.mul_(2): eager's backward raises a version-counter error."""
     check_case(

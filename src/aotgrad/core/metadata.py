@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from .saved_tensors import EagerSavedTensors
+
 __all__ = [
     "InputInfo",
     "LeafSlot",
@@ -204,6 +206,9 @@ class ViewAndMutationMetadata:
     intermediate_base_new_leaf: tuple[bool, ...] = ()
     #: returned new leaves other outputs are computed from (:class:`LeafSlot`)
     leaf_slots: tuple[LeafSlot, ...] = ()
+    #: tensors eager's autograd saved that its backward would find changed: by the program
+    #: after saving, or by the caller after the call (:mod:`aotgrad.core.saved_tensors`)
+    eager_saved: EagerSavedTensors | None = None
 
     @property
     def sets_requires_grad(self) -> tuple[int, ...]:

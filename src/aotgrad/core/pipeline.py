@@ -26,7 +26,7 @@ from ..compilers import positional
 from ..config import AotConfig
 from ..context import compiling
 from ..errors import AotgradCompileError
-from ..partition import grad_tangent_dependencies, saved_values, tag_forward_nodes, viewed_placeholder
+from ..partition import grad_tangent_dependencies, saved_values, tag_forward_nodes, view_root, viewed_placeholder
 from .aliasing import InputAliasing, outputs_on_call_inputs, plan_input_aliasing
 from .analysis import Analysis, analyze, reject_inplace_on_leaves
 from .cache import EntryStore, StoredEntry
@@ -410,6 +410,12 @@ def _compile_training(
         for k, node in enumerate(saved_tensors)
         if (p := viewed_placeholder(node)) is not None and placeholders.index(p) in data_mutated
     )
+    # a saved value sharing a version counter with a returned one: the caller may write the
+    # output, which only matters where eager saved it too (core/saved_tensors.py checks that)
+    returned = {view_root(n) for n in graph_outputs(fw_module)[:num_fwd_outputs] if isinstance(n, torch.fx.Node)}
+    unversioned = tuple(
+        k for k, node in enumerate(saved_tensors) if k not in to_clone and view_root(node) in returned
+    )
     with _stage(call.times, "compile forward"):
         fw_compiled, _ = _compile_graph("forward", config, fw_module, list(primals), call.fake_mode)
     fw_callable = _outputs_as_eager(fw_compiled, fw_module, md, signature)
@@ -425,6 +431,7 @@ def _compile_training(
             bw_boundary.zeros_of_input(first_tangent + k) for k in range(len(signature.tangents))
         ),
         saved_inputs_to_clone=to_clone,
+        saved_outputs_unversioned=unversioned,
         grad_tangent_deps=grad_tangent_dependencies(bw_module)[: signature.num_graph_inputs + signature.num_leaf_slots],
         differentiable=DifferentiableBackward(
             lambda: trace_joint(

@@ -13,6 +13,7 @@ caller's real tensors.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,7 @@ import torch.utils._pytree as pytree
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from .metadata import OutputInfo, OutputType, ViewAndMutationMetadata
+from .saved_tensors import EagerSavedTensors, SavedVersions, check_saved_versions
 from .signature import GraphSignature
 from .symbolic import holds_sym, size_function
 
@@ -395,6 +397,10 @@ class BackwardSpec:
     tangent_meta: tuple[tuple[tuple[int, ...], torch.dtype, torch.device], ...]
     #: saved-tensor indices that are graph inputs mutated by the write back (cloned first)
     saved_inputs_to_clone: tuple[int, ...]
+    #: saved-tensor indices that share a version counter with a forward output: saved as
+    #: ``.data`` (a counter of its own), so that the caller's later write of the output is
+    #: refused only where eager's backward refuses it (:mod:`aotgrad.core.saved_tensors`)
+    saved_outputs_unversioned: tuple[int, ...] = ()
     #: per backward output, the tangent indices it depends on
     grad_tangent_deps: tuple[frozenset[int], ...] = ()
     #: per tangent, a maker of its zero value where that is a tensor subclass (else None,
@@ -413,12 +419,15 @@ def _make_function(
     alias_positions: tuple[int, ...],
     nondiff_positions: tuple[int, ...],
     anchored: bool = False,
+    eager_saved: EagerSavedTensors | None = None,
 ) -> type:
     """A fresh autograd.Function subclass bound to one compiled forward/backward pair.
 
     ``anchored``: the Function takes one more argument after the graph inputs, a leaf that
     requires grad (:data:`_ANCHOR`), so that its outputs have a grad_fn where no graph input
-    requires grad (outputs computed from a new leaf the program made); it gets no gradient."""
+    requires grad (outputs computed from a new leaf the program made); it gets no gradient.
+    ``eager_saved``: the Function's last argument is the call's :class:`SavedVersions`, and
+    its backward first makes eager's version check on what eager saved."""
     n = signature.num_forward_outputs
     saved_tensors = signature.saved_tensor_slice
     saved_symints = signature.saved_symint_slice
@@ -426,6 +435,7 @@ def _make_function(
     tangent_positions = signature.tangents
     tangent_meta = spec.tangent_meta
     to_clone = spec.saved_inputs_to_clone
+    unversioned = spec.saved_outputs_unversioned
     grad_tangent_deps = spec.grad_tangent_deps
     tangent_zeros = spec.tangent_zeros or (None,) * len(tangent_meta)
     differentiable = spec.differentiable
@@ -436,12 +446,19 @@ def _make_function(
     # A symbolic entry's tangent shapes are read off each call's forward outputs.
     symbolic_tangents = any(holds_sym(shape) for shape, _, _ in tangent_meta)
 
+    # gradients of the Function's arguments after the graph inputs and new leaves: none
+    no_grads = (None,) * (int(anchored) + int(eager_saved is not None))
+
     class CompiledFunction(torch.autograd.Function):
         @staticmethod
         def forward(ctx, *args):  # type: ignore[override]
-            if anchored or num_slots:
-                args = args[:num_grads]  # the anchor, or the new leaves, are no graph inputs
+            if eager_saved is not None:
+                ctx.saved_versions = args[-1]
+            if anchored or num_slots or eager_saved is not None:
+                args = args[:num_grads]  # the anchor, new leaves and record are no graph inputs
             outs = fw_callable(*args)
+            if eager_saved is not None:
+                ctx.saved_versions.take(eager_saved, args, outs)
             if differentiable is not None:
                 # A reference, not a saved tensor: read only by a create_graph backward.
                 ctx.primals = args
@@ -451,9 +468,11 @@ def _make_function(
                 ctx.backward_mutated = tuple(args[i] for i in backward_mutated)
             if symbolic_tangents:
                 ctx.tangent_shapes = [outs[p].shape for p in tangent_positions]
-            saved = list(outs[saved_tensors]) if to_clone else outs[saved_tensors]
+            saved = list(outs[saved_tensors]) if to_clone or unversioned else outs[saved_tensors]
             for k in to_clone:
                 saved[k] = saved[k].clone()
+            for k in unversioned:
+                saved[k] = saved[k].data
             ctx.save_for_backward(*saved)
             ctx.symints = outs[saved_symints]
             ctx.set_materialize_grads(False)
@@ -466,6 +485,8 @@ def _make_function(
 
         @staticmethod
         def backward(ctx, *grad_outputs):  # type: ignore[override]
+            if eager_saved is not None:
+                check_saved_versions(eager_saved, ctx.saved_versions, grad_outputs)
             tangents = []
             missing = []
             for k, (p, (shape, dtype, device), zeros) in enumerate(zip(tangent_positions, tangent_meta, tangent_zeros)):
@@ -496,7 +517,7 @@ def _make_function(
                 )
             if torch.is_grad_enabled():  # create_graph=True: the grads may be differentiated again
                 if differentiable is None:
-                    return _NoDoubleBackward.apply(*bw(*ctx.saved_tensors, *ctx.symints, *tangents))
+                    return (*_NoDoubleBackward.apply(*bw(*ctx.saved_tensors, *ctx.symints, *tangents)), *no_grads)
                 grads = differentiable(ctx.primals, ctx.saved_tensors, tangents)
             else:
                 grads = bw(*ctx.saved_tensors, *ctx.symints, *tangents)
@@ -511,9 +532,7 @@ def _make_function(
                 grads = [
                     None if deps and deps <= unused else g for g, deps in zip(grads, grad_tangent_deps, strict=True)
                 ]
-            if anchored:
-                return (*grads, None)
-            return tuple(grads)
+            return (*grads, *no_grads)
 
     return CompiledFunction
 
@@ -561,6 +580,29 @@ def _setting_requires_grad(forward: Callable, inputs: tuple[int, ...]) -> Callab
         return forward(*graph_inputs)
 
     return run
+
+
+def _recording_versions(apply: Callable, calls: threading.local) -> Callable:
+    """``apply`` that hands the Function a fresh :class:`SavedVersions` as its last argument
+    and leaves it, for :func:`_snapshotting_versions`, in ``calls.record``."""
+
+    def apply_recording(*args: Any) -> Any:
+        calls.record = record = SavedVersions()
+        return apply(*args, record)
+
+    return apply_recording
+
+
+def _snapshotting_versions(run: Callable[[Any], Any], calls: threading.local) -> Callable[[Any], Any]:
+    """``run`` that reads the witnesses' versions once the call, write backs included, is done:
+    a later change is the caller's, which eager's backward would see."""
+
+    def run_snapshotting(graph_inputs: Any) -> Any:
+        out = run(graph_inputs)
+        calls.record.snapshot()
+        return out
+
+    return run_snapshotting
 
 
 class CompiledRuntime:
@@ -616,6 +658,8 @@ class CompiledRuntime:
             if holds_sym(sizes):
                 self.sizes_of = size_function(sizes, shape_env, signature.num_graph_inputs)
         self._fw = fw_callable
+        #: per thread, the running call's :class:`SavedVersions`, if the entry checks any
+        self._calls = threading.local()
         if backward is not None:
             # Outputs autograd must not see as views of the Function's inputs: metadata-only
             # mutations (the input itself, re-strided). Aliased and repeated user outputs are
@@ -623,8 +667,13 @@ class CompiledRuntime:
             alias_positions = tuple(w.position for w in self.writebacks if not w.data)
             differentiable = set(signature.tangents) | set(alias_positions)
             nondiff = tuple(p for p in range(signature.num_forward_outputs) if p not in differentiable)
-            self._function = _make_function(fw_callable, signature, backward, alias_positions, nondiff, anchored)
+            eager_saved = metadata.eager_saved
+            self._function = _make_function(
+                fw_callable, signature, backward, alias_positions, nondiff, anchored, eager_saved
+            )
             self._apply = self._function.apply
+            if eager_saved is not None:  # the record is the Function's last argument
+                self._apply = _recording_versions(self._apply, self._calls)
             if anchored:
                 apply = self._apply
                 self._apply = lambda *graph_inputs: apply(*graph_inputs, _ANCHOR)
@@ -636,6 +685,8 @@ class CompiledRuntime:
         self.leaf_slots = metadata.leaf_slots
 
         run = self._build_run()
+        if self.training and metadata.eager_saved is not None:
+            run = _snapshotting_versions(run, self._calls)
         if self.records_under_no_grad:
             def run_recording(graph_inputs: Any, run: Callable[[Any], Any] = run) -> Any:
                 _set_grad_enabled(True)

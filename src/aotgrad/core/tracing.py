@@ -29,6 +29,7 @@ from torch.overrides import TorchFunctionMode
 from ..errors import AotgradCompileError, compile_error_from
 from .analysis import Analysis, _sets_requires_grad, from_functional, overlaps_itself, to_functional
 from .eager_rewrites import EagerRewrites
+from .saved_tensors import versions_unchecked
 from .effects import effects_as_ordered_nodes, is_effectful
 from .signature import GraphSignature, mark_tangents
 
@@ -251,15 +252,16 @@ def trace_joint(
     )
 
     def joint(primals: list, tangents: list) -> list:
+        unchecked = versions_unchecked(md.eager_saved)
         mode = FunctionalTensorMode()
         with mode:
             f_primals = [to_functional(p) for p in primals]
             f_tangents = [to_functional(t) for t in tangents]
         leaves = NewLeaves(f_primals) if slot_flips else contextlib.nullcontext()
-        with mode, torch.set_grad_enabled(grad_enabled), EagerRewrites(), NoGradMarks(), leaves:
+        with unchecked, mode, torch.set_grad_enabled(grad_enabled), EagerRewrites(), NoGradMarks(), leaves:
             fw_outs = forward(*f_primals)
         after_forward = [_mutation_state(f) for f in f_primals]
-        with mode, torch.enable_grad(), EagerRewrites():
+        with unchecked, mode, torch.enable_grad(), EagerRewrites():
             diff_outs = [fw_outs[p] for p in tangent_positions]
             # one gradient per graph input, then one per new leaf the program returns
             grads: list[Any] = [None] * (len(f_primals) + len(slot_flips))

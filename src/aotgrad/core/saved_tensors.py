@@ -1,0 +1,221 @@
+"""The tensors eager's autograd saves for backward, and the version check eager makes on them.
+
+Eager's backward refuses a saved tensor whose version counter moved after it was saved:
+"one of the variables needed for gradient computation has been modified by an inplace
+operation". The compiled backward reads values of its own, which neither the program's later
+in-place ops nor the caller's writes after the call touch, so that error would be lost. The
+analysis run (:func:`find_eager_saved`) therefore walks eager's autograd graph on fake
+tensors and records each saved tensor that
+
+- the program itself changed after saving it (eager's backward raises whenever it reaches
+  the node: :attr:`EagerSavedTensor.changed_by_program`), or
+- shares a version counter with a tensor the caller holds after the call, a graph input or
+  a forward output (the caller may change it before the backward: a *witness*).
+
+The runtime reads the witnesses' versions at the end of each call (:class:`SavedVersions`)
+and the Function's backward calls :func:`check_saved_versions` first, which raises eager's
+error where eager's backward would reach a changed tensor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+
+__all__ = [
+    "EagerSavedTensor", "EagerSavedTensors", "SavedVersions", "check_saved_versions", "find_eager_saved",
+    "versions_unchecked",
+]
+
+_MODIFIED = "one of the variables needed for gradient computation has been modified by an inplace operation"
+_HINT = (
+    "Hint: enable anomaly detection to find the operation that failed to compute its gradient, "
+    "with torch.autograd.set_detect_anomaly(True, check_nan=False)."
+)
+
+
+@dataclass(frozen=True)
+class EagerSavedTensor:
+    """One tensor eager's autograd saved that its backward would check.
+
+    ``description``: eager's words for it (``[torch.FloatTensor [3]], which is output 0 of
+    Relu,``); None where it is the witness input itself, which eager describes as it is at
+    the backward (its grad_fn then). ``changed_by_program``: eager's whole error when the program changed it after
+    saving it, else None. ``witness``: index into :attr:`EagerSavedTensors.witnesses` of the
+    caller-held tensor sharing its version counter (-1: none). ``reached_from``: forward-output
+    positions from whose gradient eager's backward reaches the node that saved it."""
+
+    description: str | None
+    changed_by_program: str | None
+    witness: int
+    reached_from: frozenset[int]
+
+
+@dataclass(frozen=True)
+class EagerSavedTensors:
+    """The checked saved tensors of one entry, in the order eager's backward reaches their
+    nodes (latest node first), and the witnesses the runtime reads after each call:
+    ``(True, graph-input index)`` or ``(False, forward-output position)``."""
+
+    entries: tuple[EagerSavedTensor, ...]
+    witnesses: tuple[tuple[bool, int], ...]
+
+    @property
+    def input_witnesses(self) -> tuple[int, ...]:
+        return tuple(i for is_input, i in self.witnesses if is_input)
+
+    @property
+    def output_witnesses(self) -> tuple[int, ...]:
+        return tuple(p for is_input, p in self.witnesses if not is_input)
+
+
+_saved_attributes: dict[type, tuple[str, ...]] = {}
+
+
+def _saved_values(node: Any) -> Iterable[tuple[Any, BaseException | None]]:
+    """``(saved value, None)`` per tensor ``node`` saved, or ``(None, error)`` where eager's
+    unpacking raises (the tensor changed since it was saved)."""
+    if isinstance(node, torch.autograd.function.BackwardCFunction):
+        names: tuple[str, ...] = ("saved_tensors",)
+    else:
+        names = _saved_attributes.get(type(node))  # type: ignore[assignment]
+        if names is None:
+            names = tuple(a for a in dir(type(node)) if a.startswith("_saved_"))
+            _saved_attributes[type(node)] = names
+    for name in names:
+        try:
+            value = getattr(node, name)
+        except RuntimeError as exc:
+            if _MODIFIED in str(exc):
+                yield None, exc
+            continue
+        for v in value if isinstance(value, (tuple, list)) else (value,):
+            if isinstance(v, torch.Tensor):
+                yield v, None
+
+
+def _describe(t: torch.Tensor) -> str:
+    """Eager's words for a saved tensor in its version error."""
+    text = f"[{t.type()} {list(t.shape)}]"
+    if t.grad_fn is not None:
+        name = re.sub(r"Backward\d*$", "", t.grad_fn.name())
+        text += f", which is output {t.output_nr} of {name},"
+    return text
+
+
+def find_eager_saved(
+    roots: Sequence[tuple[int, Any]],
+    graph_inputs: Sequence[Any],
+    forward_outputs: Sequence[Any],
+    input_nodes: Iterable[Any],
+) -> EagerSavedTensors | None:
+    """Walk eager's autograd graph, as the analysis run recorded it, from the forward
+    outputs ``roots`` (``(position, tensor)``) down to the graph inputs' own nodes
+    ``input_nodes`` (and leaves), and collect the saved tensors the backward must check
+    (see the module docstring). Run under the analysis's fake and functional modes.
+    None when there are none."""
+    stop = {n for n in input_nodes if n is not None}
+    reached: dict[Any, set[int]] = {}
+    for position, t in roots:
+        node = getattr(t, "grad_fn", None)
+        pending = [node] if node is not None else []
+        while pending:
+            node = pending.pop()
+            if node in stop or type(node).__name__ == "AccumulateGrad":
+                continue
+            seen = reached.setdefault(node, set())
+            if position in seen:
+                continue
+            seen.add(position)
+            pending.extend(n for n, _ in node.next_functions if n is not None)
+    if not reached:
+        return None
+
+    witness_of: dict[StorageWeakRef, tuple[bool, int]] = {}
+    for is_input, values in ((True, graph_inputs), (False, forward_outputs)):
+        for k, t in enumerate(values):
+            if isinstance(t, torch.Tensor):
+                witness_of.setdefault(StorageWeakRef(t.untyped_storage()), (is_input, k))
+    witnesses: list[tuple[bool, int]] = []
+    entries: list[tuple[int, EagerSavedTensor]] = []
+    for node, positions in reached.items():
+        for value, error in _saved_values(node):
+            if error is not None:
+                # a graph input's fake autograd history is no user's: eager names the
+                # caller's grad_fn there, which this message leaves out
+                message = re.sub(r", which is output \d+ of torch::autograd::Error,", "", str(error))
+                entry = EagerSavedTensor("", message, -1, frozenset(positions))
+            else:
+                w = witness_of.get(StorageWeakRef(value.untyped_storage()))
+                if w is None:
+                    continue  # nothing the caller holds can change it
+                if w not in witnesses:
+                    witnesses.append(w)
+                # a saved input (not an output of the node) is described by its grad_fn at the
+                # backward, as eager's SavedVariable does
+                itself = w[0] and value is graph_inputs[w[1]] and value.grad_fn is not node
+                description = None if itself else _describe(value)
+                entry = EagerSavedTensor(description, None, witnesses.index(w), frozenset(positions))
+            entries.append((node._sequence_nr(), entry))
+    if not entries:
+        return None
+    entries.sort(key=lambda e: -e[0])
+    return EagerSavedTensors(tuple(e for _, e in entries), tuple(witnesses))
+
+
+def _same(t: Any) -> Any:
+    return t
+
+
+def versions_unchecked(checked: EagerSavedTensors | None) -> contextlib.AbstractContextManager:
+    """Where the program changes a tensor eager saved after saving it, the trace's own
+    autograd must still differentiate it (the runtime's backward raises eager's error before
+    that gradient is used): saved-tensor hooks that pass the tensor through turn autograd's
+    version check off. Elsewhere a no-op."""
+    if checked is None or all(e.changed_by_program is None for e in checked.entries):
+        return contextlib.nullcontext()
+    return torch.autograd.graph.saved_tensors_hooks(_same, _same)
+
+
+class SavedVersions:
+    """One call's witnesses (caller-held tensors sharing a checked saved tensor's version
+    counter; an output's as a detached alias, so the record holds no autograd graph) and
+    their versions when the call returned."""
+
+    __slots__ = ("tensors", "versions")
+
+    def __init__(self) -> None:
+        self.tensors: list[torch.Tensor] = []
+        #: None until the call returned
+        self.versions: tuple[int, ...] | None = None
+
+    def take(self, checked: EagerSavedTensors, graph_inputs: Sequence[Any], forward_outputs: Sequence[Any]) -> None:
+        """Hold the witnesses of one call (its graph inputs and forward outputs)."""
+        self.tensors = [graph_inputs[k] if is_input else forward_outputs[k].detach() for is_input, k in checked.witnesses]
+
+    def snapshot(self) -> None:
+        """Read the witnesses' versions: the call has returned, its own writes are done."""
+        self.versions = tuple(t._version for t in self.tensors)
+
+
+def check_saved_versions(checked: EagerSavedTensors, record: SavedVersions, grad_outputs: Sequence[Any]) -> None:
+    """Raise eager's error for the first checked saved tensor (in eager's backward order)
+    that changed and that a defined output gradient reaches, as eager's backward would."""
+    for entry in checked.entries:
+        if all(grad_outputs[p] is None for p in entry.reached_from):
+            continue
+        if entry.changed_by_program is not None:
+            raise RuntimeError(entry.changed_by_program)
+        if record.versions is None:
+            continue  # the call raised before it returned
+        witness = record.tensors[entry.witness]
+        now, then = witness._version, record.versions[entry.witness]
+        if now != then:
+            description = entry.description or _describe(witness)
+            raise RuntimeError(f"{_MODIFIED}: {description} is at version {now}; expected version {then} instead. {_HINT}")
