@@ -65,6 +65,9 @@ class EagerSavedTensors:
 
     entries: tuple[EagerSavedTensor, ...]
     witnesses: tuple[tuple[bool, int], ...]
+    #: some entry is ``changed_by_program`` (else a backward whose witnesses kept their
+    #: versions has nothing to refuse)
+    changed_by_program: bool = False
 
     @property
     def input_witnesses(self) -> tuple[int, ...]:
@@ -166,7 +169,9 @@ def find_eager_saved(
     if not entries:
         return None
     entries.sort(key=lambda e: -e[0])
-    return EagerSavedTensors(tuple(e for _, e in entries), tuple(witnesses))
+    return EagerSavedTensors(
+        tuple(e for _, e in entries), tuple(witnesses), any(e.changed_by_program is not None for _, e in entries)
+    )
 
 
 def _same(t: Any) -> Any:
@@ -178,7 +183,7 @@ def versions_unchecked(checked: EagerSavedTensors | None) -> contextlib.Abstract
     autograd must still differentiate it (the runtime's backward raises eager's error before
     that gradient is used): saved-tensor hooks that pass the tensor through turn autograd's
     version check off. Elsewhere a no-op."""
-    if checked is None or all(e.changed_by_program is None for e in checked.entries):
+    if checked is None or not checked.changed_by_program:
         return contextlib.nullcontext()
     return torch.autograd.graph.saved_tensors_hooks(_same, _same)
 
@@ -207,6 +212,10 @@ class SavedVersions:
 def check_saved_versions(checked: EagerSavedTensors, record: SavedVersions, grad_outputs: Sequence[Any]) -> None:
     """Raise eager's error for the first checked saved tensor (in eager's backward order)
     that changed and that a defined output gradient reaches, as eager's backward would."""
+    if not checked.changed_by_program and (
+        record.versions is None or all(t._version == v for t, v in zip(record.tensors, record.versions))
+    ):
+        return
     for entry in checked.entries:
         if all(grad_outputs[p] is None for p in entry.reached_from):
             continue
