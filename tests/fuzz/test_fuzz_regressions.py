@@ -256,7 +256,6 @@ def f(c):
     )
 
 
-@XFAIL('output stride (4, 1, 1) where eager has (0, 1, 4)')
 def test_ones_like_of_expanded_narrow_strides():
     """Output strides of a clone of ones_like of a view of an expanded input (size-1 dims keep stride 0)."""
     check_case(
@@ -756,7 +755,6 @@ def f(a, c):
     )
 
 
-@XFAIL("output stride (1, 1) where eager has (1, 3): a mutated intermediate loses its TensorIterator layout")
 def test_inplace_add_on_intermediate_of_strided_input_keeps_strides():
     """a has shape (3, 1), strides (1, 3); t1 = a * 2 has eager strides (1, 3); t1.add_(a) keeps them."""
     check_case(

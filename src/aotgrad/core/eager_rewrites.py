@@ -13,6 +13,13 @@ eager's own fill, so the traced graph consumes the generator exactly as eager do
   dim (a no-op in eager) crashes the process in a symbolic trace (torch 2.13); the dims
   that are not 1 are dropped from the call (a symbolic size is never 1: sizes 0 and 1 are
   specialised), leaving ``squeeze_(())``, the same no-op, where none is.
+- **Layout through in-place ops.** Eager keeps a tensor's strides through an in-place data
+  op (``t.masked_fill_(m, 0)`` on a transposed ``t`` leaves it transposed, and so are the
+  results of elementwise ops on it afterwards). Functionalization replaces the tensor's value
+  by the out-of-place op's result, laid out as that op chooses (often contiguous). Where the
+  tensor written to (or the base of the view written through) changes strides in the trace,
+  :func:`_keeping_layout` gives its new value the old layout: ``empty_like`` of the old value
+  (at run time: the strides the kernels gave it, size-1 dims included), then ``copy``.
 - **as_strided of a view.** ``v.as_strided(size, stride, offset)`` addresses ``v``'s storage,
   so it is the same view as ``v._base.as_strided(...)``; functionalization refuses a mutation
   through an ``as_strided`` that is not the first view of its chain, so it is taken of the
@@ -22,7 +29,11 @@ eager's own fill, so the traced graph consumes the generator exactly as eager do
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
+from torch._prims_common import is_non_overlapping_and_dense_or_false
+from torch._subclasses.functional_tensor import FunctionalTensor, disable_functional_mode
 from torch.overrides import TorchFunctionMode
 
 __all__ = ["EagerRewrites", "bernoulli_like"]
@@ -47,6 +58,16 @@ _FUNCTIONAL_DROPOUT = torch.nn.functional.dropout
 _POLYGAMMA_INPLACE = torch.Tensor.polygamma_
 _SQUEEZE_INPLACE = torch.Tensor.squeeze_
 _AS_STRIDED = {torch.Tensor.as_strided, torch.as_strided}
+#: in-place ops that change size, stride or storage, and no data: eager changes the layout too
+_METADATA_INPLACE = frozenset(
+    {"t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_", "as_strided_",
+     "resize_", "resize_as_", "set_", "detach_", "requires_grad_", "share_memory_"}
+)
+#: augmented assignments (``t += x``): in-place data ops by another name
+_INPLACE_DUNDERS = frozenset(
+    {"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__",
+     "__ipow__", "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__", "__imatmul__"}
+)
 
 
 class EagerRewrites(TorchFunctionMode):
@@ -55,10 +76,22 @@ class EagerRewrites(TorchFunctionMode):
     Dropout: same values as ``at::native::_dropout_impl``,
     ``noise = bernoulli_like(x, 1 - p) / (1 - p)`` then ``x * noise``; other cases (p of 0 or
     1, eval mode, empty input) are left to torch.
+
+    In-place ops keep the written tensor's layout (:func:`_keeping_layout`).
     """
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: the program has used a tensor whose size-1 dims have strides a contiguous tensor
+        #: would not have: the kernels then lay out what they compute from it otherwise than
+        #: the trace's meta functions in size-1 dims (``a * 2``, ``ones_like(a)`` keep ``a``'s
+        #: strides), so the trace cannot tell whether an in-place op changes the layout there
+        self.odd_size1_strides = False
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if not self.odd_size1_strides:
+            self.odd_size1_strides = any(_odd_size1_strides(t) for t in (*args, *kwargs.values()))
         if func is _POLYGAMMA_INPLACE:
             x, n = args[0], args[1] if len(args) > 1 else kwargs["n"]
             return x.copy_(torch.polygamma(n, x.clone()))  # the clone is what backward reads
@@ -72,11 +105,101 @@ class EagerRewrites(TorchFunctionMode):
             x, p, train = _bind(args, kwargs, ("input", "p", "train"), ())
             inplace = func in _DROPOUTS_INPLACE
         else:
-            return func(*args, **kwargs)
+            root = _written_root(func, args, kwargs)
+            if root is None:
+                return func(*args, **kwargs)
+            return _keeping_layout(root, func, args, kwargs, size1_unknown=self.odd_size1_strides)
         if train and 0 < p < 1 and x.numel() > 0 and x.device.type == "cpu" and x.is_floating_point():
             noise = bernoulli_like(x.detach(), 1 - p).div_(1 - p)
             return x.mul_(noise) if inplace else x * noise
         return func(*args, **kwargs)
+
+
+def _written_root(func, args: tuple, kwargs: dict) -> FunctionalTensor | None:
+    """The functional tensor whose value an in-place data op (or an ``out=`` op) replaces:
+    the tensor written to, or the base of the view written through; None for other ops."""
+    name = getattr(func, "__name__", "")
+    out = kwargs.get("out")
+    if isinstance(out, torch.Tensor):
+        written: Any = out
+    elif name in _METADATA_INPLACE or not args or not isinstance(args[0], torch.Tensor):
+        return None
+    elif name in _INPLACE_DUNDERS or (name.endswith("_") and not name.endswith("__")):
+        written = args[0]
+    else:
+        return None
+    with torch._C.DisableTorchFunction():  # attribute reads, no program ops
+        root = written if written._base is None else written._base
+    return root if type(root) is FunctionalTensor else None
+
+
+def _value(f: FunctionalTensor) -> torch.Tensor:
+    """``f``'s functional value (the wrapper keeps its own strides through a replaced value)."""
+    torch._sync(f)
+    return torch._from_functional_tensor(f.elem)
+
+
+def _static(t: torch.Tensor) -> bool:
+    return not any(isinstance(x, torch.SymInt) for x in (*t.shape, *t.stride()))
+
+
+def _overlaps(t: torch.Tensor) -> bool:
+    """Two elements of ``t`` share a memory location (an expanded tensor)."""
+    dims = sorted((st, sz) for sz, st in zip(t.shape, t.stride()) if sz > 1)
+    extent = 1
+    for st, sz in dims:
+        if st < extent:
+            return True
+        extent = st * (sz - 1) + 1
+    return False
+
+
+def _odd_size1_strides(t: Any) -> bool:
+    """``t`` (a functional tensor) has a size-1 dim whose stride is not a contiguous tensor's."""
+    if type(t) is not FunctionalTensor:
+        return False
+    with torch._C.DisableTorchFunction():
+        size, stride = tuple(t.shape), tuple(t.stride())
+    if 1 not in size or 0 in size or any(isinstance(x, torch.SymInt) for x in (*size, *stride)):
+        return False
+    expected = 1
+    for sz, st in reversed(list(zip(size, stride))):
+        if sz == 1 and st != expected:
+            return True
+        expected *= sz
+    return False
+
+
+def _keeping_layout(root: FunctionalTensor, func, args: tuple, kwargs: dict, *, size1_unknown: bool) -> Any:
+    """Run the in-place op ``func`` (which writes ``root``, or a view of it), then give
+    ``root``'s new functional value the layout eager keeps: ``root``'s before the op.
+
+    Only where the trace shows another layout afterwards than ``empty_like`` of the old value
+    has (``root``'s own strides where it is dense; same size, no overlap), or ``root`` has a
+    size-1 dim and ``size1_unknown`` (the kernels' strides there may not be the trace's, see
+    :class:`EagerRewrites`): the graph then gets ``copy(empty_like(old value), new value)``,
+    laid out at run time as the kernels laid out the old value (size-1 dims included).
+    ``root``'s views are regenerated off the new value. Autograd sees nothing of it (the
+    same values)."""
+    with torch._C.DisableTorchFunction():
+        old = _value(root)
+    out = func(*args, **kwargs)
+    with torch._C.DisableTorchFunction():
+        new = _value(root)
+        if not (_static(old) and _static(new)) or old.shape != new.shape or _overlaps(old):
+            return out
+        dense = is_non_overlapping_and_dense_or_false(old)
+        with disable_functional_mode(), torch.no_grad():
+            like = torch.empty_like(old)
+            target = old.stride() if dense else like.stride()
+            if new.stride() == target and not (size1_unknown and 1 in old.shape):
+                return out  # the unused empty_like is dropped with the trace's dead code
+            relaid = torch.ops.aten.copy.default(like, new)
+        # in the op's grad mode: functionalization counts this as part of its mutation
+        root.replace_(relaid)
+        root.commit_update()
+        root.sync()
+    return out
 
 
 def _as_strided_of_base(v: torch.Tensor) -> bool:
