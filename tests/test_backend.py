@@ -361,3 +361,33 @@ def test_forward_graph_nodes_keep_the_users_stack_trace():
     torch._dynamo.reset()
     traces = {n.name: n.meta.get("stack_trace") or "" for n in graphs[0].graph.nodes if n.op == "call_function"}
     assert "y = x.sin()" in traces["sin"] and "return y * 2" in traces["mul"]
+
+
+def test_backward_graph_nodes_carry_the_stack_trace_of_the_forward_op_they_differentiate():
+    """As torch's AOT Autograd does: each node of the backward graph carries the stack_trace
+    of the forward op whose derivative it computes (for a Dynamo graph, or any GraphModule
+    whose nodes have stack traces)."""
+    graphs = {}
+
+    def keep(kind):
+        def compiler(gm, example_inputs):
+            graphs[kind] = gm
+            return gm
+        return compiler
+
+    def f(x, w):
+        y = x.sin()
+        z = y @ w
+        return z.relu()
+
+    torch._dynamo.reset()
+    x, w = torch.randn(3, 4, requires_grad=True), torch.randn(4, 2, requires_grad=True)
+    out = torch.compile(f, backend=make_backend(fw_compiler=keep("fw"), bw_compiler=keep("bw")))(x, w)
+    out.sum().backward()
+    torch._dynamo.reset()
+    bw_nodes = [n for n in graphs["bw"].graph.nodes if n.op == "call_function"]
+    traces = {str(n.target): n.meta.get("stack_trace") or "" for n in bw_nodes}
+    assert bw_nodes and all(n.meta.get("stack_trace") for n in bw_nodes), traces
+    assert "y = x.sin()" in traces["aten.cos.default"]  # sin's derivative
+    assert "return z.relu()" in traces["aten.threshold_backward.default"]
+    assert any("z = y @ w" in t for k, t in traces.items() if k == "aten.mm.default")

@@ -9,12 +9,21 @@ creates is hooked so that what its backward formula traces is tagged with the fo
 the tags. Only traces that someone will look at are marked (``AotConfig.record_source_lines``:
 ``aotgrad.explain`` and ``python -m aotgrad explain`` turn it on); it costs a frame walk per
 torch call of the program.
+
+Separately, and always: a graph whose nodes carry ``stack_trace`` (Dynamo's, run node by node
+under ``fx_traceback.preserve_node_meta``) gives each ATen node of the forward that stack trace,
+and each node of the backward the stack trace of the forward op it differentiates, as torch's
+AOT Autograd does (:func:`recording_stack_traces`, :func:`backward_stack_traces`).
 """
 
 from __future__ import annotations
 
+import collections
+import functools
 import linecache
 import sys
+import warnings
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +36,7 @@ from torch.overrides import TorchFunctionMode
 
 from ..errors import frame_rank
 
-__all__ = ["SOURCE", "SourceLine", "SourceMarks", "source_of"]
+__all__ = ["SOURCE", "SourceLine", "SourceMarks", "backward_stack_traces", "recording_stack_traces", "source_of"]
 
 #: node meta key: the :class:`SourceLine` that made the node
 SOURCE = "aotgrad_source"
@@ -154,3 +163,75 @@ def source_of(node: torch.fx.Node) -> SourceLine | None:
     if source is None and node.meta.get("stack_trace"):
         source = _from_stack_trace(node.meta["stack_trace"])
     return source
+
+
+def recording_stack_traces(joint: Callable) -> Callable:
+    """``joint`` run so that each autograd node its forward makes remembers the stack trace
+    of the op that made it: under ``preserve_node_meta`` (traced nodes take the current
+    node's meta) and autograd's anomaly mode, which stores ``fx_traceback.format_stack()``
+    (the current ``stack_trace`` while meta is preserved) in ``Node.metadata["traceback_"]``.
+    The signature is ``joint``'s (make_fx names placeholders after it)."""
+
+    @functools.wraps(joint)
+    def recorded(*args: Any) -> Any:
+        with fx_traceback.preserve_node_meta(), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Anomaly Detection has been enabled")
+            with torch.autograd.detect_anomaly(check_nan=False):
+                return joint(*args)
+
+    return recorded
+
+
+def backward_stack_traces(outputs: Iterable[Any]) -> None:
+    """Before ``autograd.grad`` of ``outputs`` in a joint run by :func:`recording_stack_traces`:
+    while each autograd node's backward formula runs, the current stack trace is the one
+    its forward op had, so the backward's traced nodes carry it; the stack trace from before
+    is back once the backward is done. Nothing is hooked where no forward op had one (a
+    program that is no graph with stack traces)."""
+    nodes = _autograd_nodes(t.grad_fn for t in outputs if isinstance(t, torch.Tensor) and t.grad_fn is not None)
+    traced = [(node, trace) for node in nodes if any(trace := node.metadata.get("traceback_", ()))]
+    if not traced:
+        return
+    restore = _RestoreAfterBackward(fx_traceback.format_stack())
+    for node, trace in traced:
+        node.register_prehook(restore.then_set(list(trace)))
+
+
+def _autograd_nodes(roots: Iterable[Any]) -> list[Any]:
+    """Every autograd node reachable from ``roots`` (each once)."""
+    seen, queue = set(), collections.deque()
+    for root in roots:
+        if root not in seen:
+            seen.add(root)
+            queue.append(root)
+    order = []
+    while queue:
+        node = queue.popleft()
+        order.append(node)
+        for child, _ in node.next_functions:
+            if child is not None and child not in seen:
+                seen.add(child)
+                queue.append(child)
+    return order
+
+
+class _RestoreAfterBackward:
+    """Prehooks that set a node's stack trace; the first one of a backward queues a callback
+    that sets ``before`` back when the engine finishes."""
+
+    def __init__(self, before: list[str]) -> None:
+        self.before = before
+        self.queued = False
+
+    def then_set(self, trace: list[str]) -> Callable[[Any], None]:
+        def prehook(grad_outputs: Any) -> None:
+            if not self.queued:
+                self.queued = True
+                torch.autograd.Variable._execution_engine.queue_callback(self._restore)
+            fx_traceback.set_stack_trace(trace)
+
+        return prehook
+
+    def _restore(self) -> None:
+        fx_traceback.set_stack_trace(self.before)
+        self.queued = False

@@ -31,6 +31,7 @@ from .analysis import Analysis, _sets_requires_grad, from_functional, overlaps_i
 from .eager_rewrites import EagerRewrites
 from .saved_tensors import versions_unchecked
 from .effects import effects_as_ordered_nodes, is_effectful
+from .provenance import backward_stack_traces, recording_stack_traces
 from .signature import GraphSignature, mark_tangents
 
 __all__ = ["IN_CUSTOM_FUNCTION", "NO_GRAD", "JointGraph", "NoGradMarks", "analyze_tracing_inference", "trace_function", "trace_inference", "trace_joint", "trace_loss_joint", "trace_pre_dispatch"]
@@ -263,6 +264,7 @@ def trace_joint(
         after_forward = [_mutation_state(f) for f in f_primals]
         with unchecked, mode, torch.enable_grad(), EagerRewrites():
             diff_outs = [fw_outs[p] for p in tangent_positions]
+            backward_stack_traces(diff_outs)  # backward nodes get their forward op's stack_trace
             # one gradient per graph input, then one per new leaf the program returns
             grads: list[Any] = [None] * (len(f_primals) + len(slot_flips))
             wrt = [f_primals[i] for i in grad_inputs]
@@ -282,7 +284,7 @@ def trace_joint(
         return [[from_functional(o) for o in fw_outs], [from_functional(g) for g in grads] + new_values]
 
     found: list[tuple[int, ...]] = []
-    gm = _trace(joint, (primals, tangents), decompositions, fake_mode, lazy=True)
+    gm = _trace(recording_stack_traces(joint), (primals, tangents), decompositions, fake_mode, lazy=True)
     mark_tangents(gm.graph, len(primals))
     if found and found[-1]:
         signature = replace(signature, backward_mutated_inputs=found[-1])
