@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import AotConfig
+from .frame_stack import in_fresh_chunk
 from .frontend import MISS, GuardMismatch, flatten_call
 from .pipeline import CompiledEntry, compile_entry
 
@@ -103,7 +104,9 @@ class AotFunction:
         if compile_listeners:
             # Someone will look inside: trace afresh (no cache) with source lines recorded.
             config = dataclasses.replace(config, record_source_lines=True, cache=False)
-        entry = compile_entry(self.fn, leaves, spec, config)
+        # on a data-stack chunk of its own: the trace's deep, short calls then never map and
+        # unmap a chunk, whatever the caller's depth (core/frame_stack.py)
+        entry = in_fresh_chunk(compile_entry, self.fn, leaves, spec, config)
         self.entries.insert(0, entry)
         for listener in tuple(compile_listeners):
             listener(self, entry)
