@@ -161,3 +161,167 @@ def test_compiled_once_called_in_both_grad_modes(layout: str) -> None:
     """The same compiled function, called with grad and then under no_grad (inference graph)."""
     source = "def f(a):\n    t = torch.full_like(a, 0.5)\n    t.sub_(a, alpha=2)\n    return t, t.cos()\n"
     _case(source, layout, rg=True, modes=("grad", "no_grad", "grad"))
+
+
+# --------------------------------------------------------------------------- fuzz programs
+# Output strides that differed from eager before _keeping_layout (tools/fuzz.py seeds).
+
+
+def test_seed_200188():
+    """tools/fuzz.py seed 200188: output strides after an in-place op were not eager's."""
+    check_case(
+        source='''
+def f(a, b, c, k, d, s, opt):
+    t0 = c[:, 0:2]
+    t1, t2 = t0.unbind(1)
+    t3 = b.as_strided((3, 2), (2, 2), 0)
+    t4 = t0.transpose(1, 0)
+    with torch.no_grad():
+        t5 = torch.maximum(t4, t2)
+        t4.mul_(2)
+        a.add_(t2)
+    t6 = t5.permute(0, 1)
+    t6.mul_(t5)
+    t7 = torch.full_like(t6, 0.5)
+    t8 = t6.clamp(min=s)
+    t9 = t8.add(t6, alpha=2)
+    return t9, t6, t6
+''',
+        inputs={'bases': [{'shape': [4, 2], 'dtype': 'float64', 'rg': True}, {'shape': [2, 4], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.clone().t()'}, {'kind': 'tensor', 'base': 1, 'expr': 'x'}, {'kind': 'tensor', 'base': 1, 'expr': 'x[1:]'}, {'kind': 'value', 'value': 1}, {'kind': 'tensor', 'base': 0, 'expr': 'x.clone()'}, {'kind': 'value', 'value': 0.5}, {'kind': 'value', 'value': None}]},
+        post=[],
+        modes=['grad', 'grad'],
+        seed=188,
+    )
+
+
+def test_seed_201498():
+    """tools/fuzz.py seed 201498: output strides after an in-place op were not eager's."""
+    check_case(
+        source='''
+def f(a, b, c):
+    t0 = c[:, 2:3]
+    t0.unsqueeze_(2)
+    t1 = a.transpose(2, 0)
+    t2 = t0 @ t0
+    t3 = t2.cos()
+    t4 = c.as_strided((3, 3), (1, 2), 2)
+    t5 = t0.prod()
+    t2.copy_(t3)
+    t2.unsqueeze_(0)
+    t5.sin_()
+    with torch.set_grad_enabled(True):
+        t6 = t3.permute(1, 2, 0)
+        t6.masked_fill_(t6 > 0, 0.0)
+    t7 = torch.where(t5 > 0, t5, t1)
+    return t4, t6
+''',
+        inputs={'bases': [{'shape': [3, 3], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.expand(2, *(3, 3))'}, {'kind': 'tensor', 'base': 0, 'expr': 'x.t()'}, {'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        post=[],
+        modes=['grad', 'grad'],
+        seed=1498,
+    )
+
+
+def test_seed_201585():
+    """tools/fuzz.py seed 201585: output strides after an in-place op were not eager's."""
+    check_case(
+        source='''
+def f(a, b, opt):
+    if opt is None:
+        t0 = b.relu()
+    else:
+        t0 = b.relu()
+    t0.transpose_(0, 2)
+    torch.mul(b, 2, out=t0)
+    t1 = b @ a
+    b.unsqueeze_(-1)
+    if opt is None:
+        t2 = t1.clone()
+    else:
+        t2 = t1.cos()
+    with torch.no_grad():
+        b.mul_(2)
+        t3 = t0.transpose(1, 2)
+    t3.transpose_(0, 2)
+    b[1:] = 1.0
+    return t3,
+''',
+        inputs={'bases': [{'shape': [3, 1, 1], 'dtype': 'float64', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x[1:]'}, {'kind': 'tensor', 'base': 0, 'expr': 'x.transpose(0, 1)'}, {'kind': 'value', 'value': 1.5}]},
+        post=[],
+        modes=['grad'],
+        seed=1585,
+    )
+
+
+def test_seed_310000():
+    """tools/fuzz.py seed 310000: output strides after an in-place op were not eager's."""
+    check_case(
+        source='''
+def f(a):
+    with torch.set_grad_enabled(True):
+        t0 = a.t()
+        t1 = torch.full_like(t0, 0.5)
+    t1.sub_(t0, alpha=2)
+    return a, t1, t0
+''',
+        inputs={'bases': [{'shape': [1, 3], 'dtype': 'float64', 'rg': True}, {'shape': [1, 3], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        post=[],
+        modes=['grad'],
+        seed=10000,
+    )
+
+
+def test_seed_310519():
+    """tools/fuzz.py seed 310519: output strides after an in-place op were not eager's."""
+    check_case(
+        source='''
+def f(a, k, flag):
+    with torch.no_grad():
+        a.masked_fill_(a > 0, 0.0)
+    t0 = a.view(2, -1)
+    t1 = a * 2
+    t2 = a.detach()
+    return t1, t2, t1
+''',
+        inputs={'bases': [{'shape': [3, 2], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.t()'}, {'kind': 'value', 'value': 3}, {'kind': 'value', 'value': False}]},
+        post=[],
+        modes=['no_grad'],
+        seed=10519,
+    )
+
+
+def test_seed_310526():
+    """tools/fuzz.py seed 310526: output strides after an in-place op were not eager's."""
+    check_case(
+        source='''
+def f(a, flag, opt, mode):
+    if flag:
+        t0 = a.relu()
+    else:
+        t0 = a * 2
+    t1 = torch.maximum(t0, a)
+    t2 = t1.permute(0, 2, 1)
+    t2.masked_fill_(t2 > 0, 0.0)
+    return t2, t2
+''',
+        inputs={'bases': [{'shape': [3, 1, 2], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.transpose(0, 1)'}, {'kind': 'value', 'value': False}, {'kind': 'value', 'value': None}, {'kind': 'value', 'value': 'mean'}]},
+        post=[(1, 'unsqueeze_(0)')],
+        modes=['grad'],
+        seed=10526,
+    )
+
+
+def test_seed_311108():
+    """tools/fuzz.py seed 311108: output strides after an in-place op were not eager's."""
+    check_case(
+        source='''
+def f(a, b, c, d):
+    t0 = d + 1
+    t0.addcmul_(d, d)
+    return c, c, t0, d
+''',
+        inputs={'bases': [{'shape': [1, 2, 1], 'dtype': 'float32', 'rg': True}, {'shape': [4, 2], 'dtype': 'float32', 'rg': False}, {'shape': [], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.transpose(0, 1)'}, {'kind': 'tensor', 'base': 1, 'expr': 'x.t()'}, {'kind': 'same', 'arg': 0}, {'kind': 'tensor', 'base': 0, 'expr': 'x.permute(2, 0, 1)'}]},
+        post=[],
+        modes=['grad'],
+        seed=11108,
+    )
