@@ -31,12 +31,13 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from ..errors import AotgradCompileError, compile_error_from, current_user_line
 from .eager_rewrites import EagerRewrites
+from .layout import takes_eager_layout
 from .effects import effects_as_ordered_nodes
 from .metadata import InputInfo, LeafSlot, OutputInfo, OutputType, ViewAndMutationMetadata
 from .signature import GraphSignature
 from .saved_tensors import find_eager_saved
 from .subclasses import TensorStructure
-from .view_geometry import EagerViewGeometry, Geometry
+from .view_geometry import EagerViewGeometry, Geometry, functional_geometry
 
 _TRACING_LIMITATIONS = (
     DataDependentOutputException,
@@ -606,9 +607,11 @@ def analyze(
             base_index_of[id(base)] = index
             base_sources.append(j)
             base_requires_grad.append(base.requires_grad)
-        view_source = _replayable_on(
-            relative_view_metas(o, base), base, geometry.geometry(base), geometry.geometry(o), fake_mode
+        view_geometry, base_geometry = _rebuilt_geometry(
+            o, base, geometry, kind is OutputType.alias_of_intermediate_base_is_user_output
         )
+        common["size"], common["stride"], common["storage_offset"] = view_geometry
+        view_source = _replayable_on(relative_view_metas(o, base), base, base_geometry, view_geometry, fake_mode)
         output_info.append(OutputInfo(
             kind, base_index=index, view_source=view_source,
             no_grad_steps=_partial_no_grad_steps(view_source, geometry.no_grad_prefix(o), base, o),
@@ -661,6 +664,26 @@ def analyze(
         if eager_saved is not None:
             metadata = dataclasses.replace(metadata, eager_saved=eager_saved)
     return Analysis(metadata, out_spec, tuple(base_sources), avals, signature, subclasses)
+
+
+def _rebuilt_geometry(
+    view: FunctionalTensor, base: FunctionalTensor, geometry: EagerViewGeometry, base_is_user_output: bool
+) -> tuple[Geometry, Geometry]:
+    """(view's geometry, base's geometry) the runtime rebuilds ``view``, an output aliasing
+    the intermediate ``base``, with off the graph's value of ``base``.
+
+    Eager's where that value is laid out as eager's tensor: its functional layout is eager's,
+    or ``base`` is a user output the runtime gives eager's layout (``layout.py``). Else
+    (an in-place op re-laid out the functional value: ``masked_fill_``, a write through a
+    view) functionalization's, which address the elements where the graph's value holds
+    them: the values are eager's, the strides follow the graph's base."""
+    eager_base = geometry.geometry(base)
+    if not geometry.relaid_root(base):
+        return geometry.geometry(view), eager_base
+    traced_base, traced_view = functional_geometry(base), functional_geometry(view)
+    if base_is_user_output and takes_eager_layout(*eager_base, traced_base[1]):
+        return geometry.geometry(view), eager_base
+    return traced_view, traced_base
 
 
 def _mark_new_leaves(

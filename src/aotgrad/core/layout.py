@@ -30,7 +30,7 @@ from ..compilers import positional
 from .metadata import OutputType, ViewAndMutationMetadata
 from .signature import GraphSignature, graph_outputs
 
-__all__ = ["eager_layouts", "restriding"]
+__all__ = ["eager_layouts", "restriding", "takes_eager_layout"]
 
 #: (forward-output position, size, eager's stride, the traced stride, copy): ``copy`` False
 #: re-strides in place
@@ -81,6 +81,16 @@ def eager_layouts(gm: torch.fx.GraphModule, md: ViewAndMutationMetadata, signatu
         elif _dense_from_zero(size, stride, info.storage_offset):
             layouts.append((p, size, stride, tuple(val.stride()), True))
     return tuple(layouts)
+
+
+def takes_eager_layout(size, stride, offset, traced_stride) -> bool:
+    """A non-aliased user output eager lays out as (``size``, ``stride``, ``offset``), traced
+    with ``traced_stride``, is laid out as eager's after the forward (:func:`eager_layouts`
+    picks it, or the two layouts are the same). Views of it the runtime rebuilds may then
+    use eager's geometry."""
+    if any(isinstance(x, torch.SymInt) for x in (*size, *stride, *traced_stride)):
+        return False  # eager_layouts re-strides no symbolic output
+    return _same_addresses(size, stride, traced_stride) or _dense_from_zero(size, stride, offset)
 
 
 def restriding(compiled: Callable, layouts: tuple[Layout, ...]) -> Callable:

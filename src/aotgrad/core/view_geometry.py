@@ -28,7 +28,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from ..errors import AotgradCompileError, current_user_line
 
-__all__ = ["EagerViewGeometry", "Geometry"]
+__all__ = ["EagerViewGeometry", "Geometry", "functional_geometry"]
 
 Geometry = tuple[tuple[int, ...], tuple[int, ...], int]  # size, stride, storage_offset
 
@@ -64,9 +64,13 @@ class EagerViewGeometry(TorchFunctionMode):
         #: id(intermediate) -> (the tensor; its root shadow): a tensor an op made (no view),
         #: laid out as eager made it. Eager keeps that layout through in-place data ops,
         #: where functionalization's value takes the layout of the out-of-place op that
-        #: replaced it; in-place metadata ops are applied to the shadow. Views of it are not
-        #: followed (their geometry is functionalization's, as the runtime rebuilds them).
+        #: replaced it; in-place metadata ops are applied to the shadow. Views of it get
+        #: shadows in ``shadows`` (taken off the root shadow), as views of inputs do: their
+        #: functional geometry derives from the replaced value's layout, eager's from the
+        #: root's, and a view keeps its geometry through a later metadata op on its base.
         self.roots: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        #: id(view of an intermediate) -> (the view, the intermediate: its root)
+        self.root_of: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         #: id(view) -> (the view, the version its autograd history was recorded at: its
         #: creation, or an in-place op on it that autograd recorded), as eager's attr_version
         self.view_versions: dict[int, tuple[torch.Tensor, int]] = {}
@@ -91,6 +95,13 @@ class EagerViewGeometry(TorchFunctionMode):
             entry = self.roots.get(id(t)) if isinstance(t, FunctionalTensor) else None
             shadow = entry[1] if entry is not None and entry[0] is t else None
         return _geometry(shadow if shadow is not None else t)
+
+    def relaid_root(self, t: torch.Tensor) -> bool:
+        """``t`` is an intermediate (no view) whose functional value is laid out otherwise than
+        eager's tensor (an in-place data op replaced it by an out-of-place op's result, laid
+        out as that op chose): the graph's value addresses its elements otherwise."""
+        shadow = self._root_shadow(t)
+        return shadow is not None and _geometry(shadow) != functional_geometry(t)
 
     def stale(self, t: torch.Tensor) -> bool:
         """An in-place op changed ``t``'s storage (through another alias, or under no_grad)
@@ -139,6 +150,46 @@ class EagerViewGeometry(TorchFunctionMode):
                 "write through a view of a clone()."
             )
 
+    def _refuse_unreplayable_view(self, name: str, args: tuple, kwargs: dict, out: Any) -> None:
+        """Refuse an op where autograd on the traced program would replay the chain of a view
+        that an in-place metadata op (``t_``, ``unsqueeze_``, ...) changed after it was made
+        (:func:`_autograd_replays`): a write through the view it records (the write's
+        backward addresses the view by the replayed chain), or any recorded use of the view
+        once its storage changed (autograd regenerates its ``grad_fn`` by the replay; eager by
+        ``as_strided``). The gradient would reach other elements, or have another shape."""
+        if not torch.is_grad_enabled() or name == "__get__":
+            return
+        if not any(isinstance(r, torch.Tensor) for r in pytree.tree_leaves(out)):
+            return  # reads metadata (size(), stride()): autograd records nothing
+        source = args[0] if args else None
+        writes = isinstance(source, FunctionalTensor) and name not in _METADATA_INPLACE and (
+            name == "__setitem__" or (out is source and name.endswith("_") and not name.endswith("__"))
+        )
+        if writes and not any(isinstance(t, torch.Tensor) and t.requires_grad for t in pytree.tree_leaves((args, kwargs))):
+            writes = False
+        for t in pytree.tree_leaves((args, kwargs)):
+            if not isinstance(t, FunctionalTensor) or t._base is None or not t.requires_grad:
+                continue
+            written = writes and t is source
+            if not (written or self.stale(t)) or _autograd_replays(t):
+                continue
+            what = "writes through" if written else "uses"
+            raise AotgradCompileError(
+                f"aotgrad: {name} at {current_user_line()} {what} a view that an in-place metadata op "
+                "(t_, transpose_, unsqueeze_, squeeze_, as_strided_, ...) changed after it was made "
+                "(or a view of one), after an in-place op changed its storage; autograd on the traced "
+                "program replays the view's ops without that change, so the gradient would reach "
+                "other elements. Use the out-of-place view op (t(), transpose(), unsqueeze(), ...) "
+                "instead, or take the view of a clone()."
+                if not written else
+                f"aotgrad: in-place {name} at {current_user_line()} writes through a view that an "
+                "in-place metadata op (t_, transpose_, unsqueeze_, squeeze_, as_strided_, ...) "
+                "changed after it was made (or a view of one); autograd on the traced program "
+                "replays the view's ops without that change, so this write's gradient would "
+                "reach other elements. Use the out-of-place view op (t(), transpose(), ...) "
+                "instead, or write through a view of a clone()."
+            )
+
     def no_grad_prefix(self, t: torch.Tensor) -> int:
         """How many leading steps of ``t``'s view chain (from its storage's root) were made
         under no_grad of a base that requires grad (0: none)."""
@@ -148,15 +199,19 @@ class EagerViewGeometry(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         shadow = self._shadow(args[0]) if args else None
+        with torch._C.DisableTorchFunction():  # the attribute reads are no program ops
+            self._refuse_as_strided_of_relaid_root(_name_of(func), args)
         if shadow is None:
             out = func(*args, **kwargs)
             with torch._C.DisableTorchFunction():
                 if args and isinstance(args[0], FunctionalTensor):
                     self._note_no_grad_views(args[0], out, getattr(func, "__name__", ""))
+                    self._shadow_views_of_root(func, getattr(func, "__name__", ""), args, kwargs, out)
                     self._follow_root(func, getattr(func, "__name__", ""), args, kwargs)
                 self._note_roots(func, out)
                 self._note_versions(args, out)
                 self._refuse_write_through_outdated_view(getattr(func, "__name__", ""), args, kwargs, out)
+                self._refuse_unreplayable_view(_name_of(func), args, kwargs, out)
             return out
         name = getattr(func, "__name__", "")
         if name in _STORAGE_ADDRESSING and _relaid_out(args[0], shadow):
@@ -172,6 +227,7 @@ class EagerViewGeometry(TorchFunctionMode):
             self._note_roots(func, out)
             self._note_versions(args, out)
             self._refuse_write_through_outdated_view(name, args, kwargs, out)
+            self._refuse_unreplayable_view(name, args, kwargs, out)
         return out
 
     def _note_roots(self, func, out: Any) -> None:
@@ -198,6 +254,41 @@ class EagerViewGeometry(TorchFunctionMode):
                 storage = torch.empty(nbytes // r.element_size(), dtype=r.dtype, device="meta")
                 self.roots[id(r)] = (r, storage.as_strided(*geometry))
 
+    def _root_shadow(self, t: Any) -> torch.Tensor | None:
+        entry = self.roots.get(id(t)) if isinstance(t, FunctionalTensor) else None
+        return entry[1] if entry is not None and entry[0] is t else None
+
+    def _root(self, t: Any) -> torch.Tensor | None:
+        """The intermediate ``t`` is (or is a view of) where it has a root shadow."""
+        if self._root_shadow(t) is not None:
+            return t
+        entry = self.root_of.get(id(t)) if isinstance(t, FunctionalTensor) else None
+        return entry[1] if entry is not None and entry[0] is t else None
+
+    def _refuse_as_strided_of_relaid_root(self, name: str, args: tuple) -> None:
+        """``as_strided`` addresses the storage as laid out: on an intermediate (or a view of
+        one) whose functional value is laid out otherwise than eager's (:meth:`relaid_root`)
+        it names other elements in the graph than in eager."""
+        if name not in _STORAGE_ADDRESSING or not args:
+            return
+        root = self._root(args[0])
+        if root is not None and self.relaid_root(root):
+            raise AotgradCompileError(
+                f"aotgrad: {name} at {current_user_line()} on a tensor the program computed and "
+                "then changed in place (through a view or by an op whose functional form lays "
+                "its result out otherwise than eager's tensor): its offsets and strides would "
+                "name other elements. Take as_strided before the in-place op, or of a clone()."
+            )
+
+    def _shadow_views_of_root(self, func, name: str, args: tuple, kwargs: dict, out: Any) -> None:
+        """Shadow the views of an intermediate (``args[0]``, with a root shadow) that ``func``
+        returned, taken off the root shadow (its no_grad prefix is recorded by
+        :meth:`_note_no_grad_views`)."""
+        root = self._root_shadow(args[0])
+        if root is None or name in _METADATA_INPLACE or name in _UNSHADOWABLE:
+            return
+        self._shadow_views(func, name, args, kwargs, root, out, note_no_grad=False)
+
     def _follow_root(self, func, name: str, args: tuple, kwargs: dict) -> None:
         """Apply an in-place metadata op on an intermediate to its root shadow (data ops keep
         eager's layout); forget the shadow where it cannot follow."""
@@ -218,14 +309,8 @@ class EagerViewGeometry(TorchFunctionMode):
     def _follow(self, func, name: str, args: tuple, kwargs: dict, shadow: torch.Tensor, out: Any) -> None:
         """Apply to ``shadow`` what ``func`` did to ``args[0]`` (an in-place metadata op), or
         shadow the views of ``args[0]`` that ``func`` returned."""
-        if name == "__get__":
-            return  # an attribute (``._base`` is no new view)
-        rest = args[1:]
-        if name in _SHAPED_LIKE and len(rest) == 1 and isinstance(rest[0], torch.Tensor) and not kwargs:
-            with _outside_tracing():  # only the other tensor's shape matters
-                rest = (torch.empty(tuple(rest[0].shape), dtype=rest[0].dtype, device="meta"),)
-        elif any(isinstance(a, torch.Tensor) for a in pytree.tree_leaves((rest, kwargs))):
-            return  # indexing by tensors copies; no other view op takes a tensor
+        if _shadow_args(name, args, kwargs) is None:
+            return
         if name in _UNSHADOWABLE:
             del self.shadows[id(args[0])]
             return
@@ -233,6 +318,16 @@ class EagerViewGeometry(TorchFunctionMode):
             with _outside_tracing():
                 func(shadow, *args[1:], **kwargs)
             self._note_no_grad_views(args[0], out, name)
+            return
+        self._shadow_views(func, name, args, kwargs, shadow, out, note_no_grad=True)
+
+    def _shadow_views(
+        self, func, name: str, args: tuple, kwargs: dict, shadow: torch.Tensor, out: Any, *, note_no_grad: bool
+    ) -> None:
+        """Shadow the views of ``args[0]`` (shadowed by ``shadow``) that ``func`` returned:
+        ``func`` applied to ``shadow``. ``note_no_grad``: also record their no_grad prefix."""
+        rest = _shadow_args(name, args, kwargs)
+        if rest is None:
             return
         results = out if isinstance(out, (tuple, list)) else (out,)
         views = [
@@ -255,6 +350,11 @@ class EagerViewGeometry(TorchFunctionMode):
         for r, s in zip(results, shadow_results):
             if isinstance(s, torch.Tensor) and any(r is v for v in views):
                 self.shadows[id(r)] = (r, s)
+                root = self._root(args[0])
+                if root is not None:
+                    self.root_of[id(r)] = (r, root)
+                if not note_no_grad:
+                    continue
                 if not torch.is_grad_enabled() and args[0].requires_grad:
                     self.no_grad_steps[id(r)] = (r, len(functionalization.get_view_meta_sequence(r.elem)))
                 elif self.no_grad_prefix(args[0]):
@@ -285,6 +385,50 @@ class EagerViewGeometry(TorchFunctionMode):
             ):
                 n = len(functionalization.get_view_meta_sequence(r.elem)) if steps < 0 else steps
                 self.no_grad_steps[id(r)] = (r, n)
+
+
+def _name_of(func: Any) -> str:
+    return getattr(func, "__name__", "")
+
+
+def _autograd_replays(view: FunctionalTensor) -> bool:
+    """Autograd's replay of ``view``'s chain on its base (``_view_func``: how it addresses a
+    write through a view of a traced tensor, in the write's backward) gives ``view``'s
+    geometry. It does not after an in-place metadata op on the view (or on a view it was
+    taken from): the recorded chain misses that op."""
+    base = view._base
+    # compared on functionalization's values (an in-place op may have re-laid out both)
+    base_geometry, view_geometry = functional_geometry(base), functional_geometry(view)
+    try:
+        with _outside_tracing():
+            storage = torch.empty(base.untyped_storage().nbytes() // base.element_size(), dtype=base.dtype, device="meta")
+            replayed = view._view_func_unsafe(storage.as_strided(*base_geometry))
+    except Exception:  # noqa: BLE001 - no recorded chain: autograd uses the view's own geometry
+        return True
+    return _geometry(replayed) == view_geometry
+
+
+def _shadow_args(name: str, args: tuple, kwargs: dict) -> tuple | None:
+    """The arguments after ``args[0]`` to apply ``name`` to a shadow with; None where the op
+    makes no view a shadow can follow (an attribute read; tensor arguments, which index by
+    data and copy)."""
+    if name == "__get__":
+        return None  # an attribute (``._base``) is no new view
+    rest = args[1:]
+    if name in _SHAPED_LIKE and len(rest) == 1 and isinstance(rest[0], torch.Tensor) and not kwargs:
+        with _outside_tracing():  # only the other tensor's shape matters
+            return (torch.empty(tuple(rest[0].shape), dtype=rest[0].dtype, device="meta"),)
+    if any(isinstance(a, torch.Tensor) for a in pytree.tree_leaves((rest, kwargs))):
+        return None
+    return rest
+
+
+def functional_geometry(t: FunctionalTensor) -> Geometry:
+    """The geometry of functionalization's current value of ``t`` (the graph's value), which
+    the wrapper's own size and strides do not follow after an in-place op replaced it."""
+    with torch._C.DisableTorchFunction():
+        torch._sync(t)
+        return _geometry(torch._from_functional_tensor(t.elem))
 
 
 def _relaid_out(t: FunctionalTensor, shadow: torch.Tensor) -> bool:
