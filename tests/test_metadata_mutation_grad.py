@@ -153,3 +153,54 @@ def test_write_through_view_taken_before_base_metadata_mutation(root, meta):
         assert "writes through a view taken before" in str(e) and "t1[0] = 1.0" in str(e), e
         return
     check(f, inputs)
+
+
+# ------------------------------------------------- under no_grad, on an input that views a leaf
+
+VIEWS_OF_LEAF = {
+    "permute": lambda leaf: leaf.permute(2, 0, 1),
+    "as_strided": lambda leaf: leaf.as_strided((1, 2), (2, 1), 5),
+    "slice": lambda leaf: leaf[1:],
+    "transpose": lambda leaf: leaf.transpose(0, 2),
+    "select": lambda leaf: leaf[0],
+}
+NO_GRAD_METADATA_MUTATIONS = {
+    "t_": lambda x: x.t_() if x.dim() <= 2 else x.transpose_(0, 1),
+    "transpose_": lambda x: x.transpose_(0, -1),
+    "unsqueeze_": lambda x: x.unsqueeze_(1),
+    "squeeze_": lambda x: x.unsqueeze_(0).squeeze_(0),
+    "as_strided_": lambda x: x.as_strided_((1,), (1,), x.storage_offset()),
+}
+AFTERWARDS = {
+    "returned": lambda x: (x,),
+    "used": lambda x: (x.sin(), x),
+    "used under no_grad": lambda x: (torch.no_grad()(lambda: x * 2)(), x.pow(2)),
+}
+
+
+@pytest.mark.parametrize("after", sorted(AFTERWARDS))
+@pytest.mark.parametrize("meta", sorted(NO_GRAD_METADATA_MUTATIONS))
+@pytest.mark.parametrize("view", sorted(VIEWS_OF_LEAF))
+def test_no_grad_metadata_mutation_of_input_viewing_a_leaf(view, meta, after):
+    """Eager allows an in-place metadata op on a view of a leaf under no_grad, and the view's
+    grad_fn then follows its new geometry. aotgrad raised 'a view of a leaf Variable that
+    requires grad is being used in an in-place operation' writing the geometry back (grad
+    mode on), or kept the view's old grad_fn (wrong gradient shape; fuzz seeds 200085,
+    200843, 200975, 201006, 201277). Returned, it is eager's; used afterwards with grad
+    recording in its new geometry it is refused naming both lines (the traced input is no
+    view: its gradient would go through the old geometry, silently wrong where the shapes
+    agree, as for transpose_ of a 2x4x2 slice)."""
+
+    def f(x):
+        with torch.no_grad():
+            NO_GRAD_METADATA_MUTATIONS[meta](x)
+        return AFTERWARDS[after](x)
+
+    def make():
+        return (VIEWS_OF_LEAF[view](torch.randn(3, 4, 2, requires_grad=True)),)
+
+    if after == "returned" or meta == "squeeze_":  # squeeze_: the geometry is the entry one again
+        check(f, make)
+        return
+    with pytest.raises(AotgradCompileError, match="used with grad recording"):
+        aotgrad.aot_function(f, nop)(*make())

@@ -255,6 +255,12 @@ class _EagerChecks(TorchFunctionMode):
         #: tensors without autograd history the program makes require grad: new autograd
         #: leaves, in program order, with the user line
         self.new_leaves: list[tuple[torch.Tensor, str]] = []
+        #: graph input → (its entry geometry, the line) of an in-place metadata op on it under
+        #: no_grad while it requires grad
+        self.restrided_under_no_grad: dict[int, tuple[tuple, str]] = {}
+        #: graph input → (that op's line, the line) of its first use with grad recording in a
+        #: geometry other than its entry one, after that op (see :func:`analyze`)
+        self.used_after_no_grad_restride: dict[int, tuple[str, str]] = {}
 
     def _requires_grad(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """``t.requires_grad_(value)`` / ``t.requires_grad = value``: recorded (an input the
@@ -293,6 +299,25 @@ class _EagerChecks(TorchFunctionMode):
             self.new_leaves.append((t, current_user_line()))
         return out
 
+    def _note_no_grad_restride(self, name: str, args: tuple) -> None:
+        """Track an input's in-place metadata op under no_grad and its later uses with grad
+        recording (``restrided_under_no_grad``, ``used_after_no_grad_restride``)."""
+        t = args[0]
+        i = self.input_index.get(id(t))
+        if i is not None and name in _METADATA_INPLACE and not torch.is_grad_enabled() and t.requires_grad:
+            entry = (tuple(t.shape), tuple(t.stride()), t.storage_offset())
+            self.restrided_under_no_grad.setdefault(i, (entry, current_user_line()))
+            return
+        if not self.restrided_under_no_grad or not torch.is_grad_enabled():
+            return
+        for a in args:
+            i = self.input_index.get(id(a)) if isinstance(a, FunctionalTensor) else None
+            if i is None or i not in self.restrided_under_no_grad or i in self.used_after_no_grad_restride:
+                continue
+            entry, line = self.restrided_under_no_grad[i]
+            if (tuple(a.shape), tuple(a.stride()), a.storage_offset()) != entry:
+                self.used_after_no_grad_restride[i] = (line, current_user_line())
+
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if _sets_requires_grad(func):
@@ -305,6 +330,8 @@ class _EagerChecks(TorchFunctionMode):
             and torch.is_grad_enabled()
         ):
             raise RuntimeError(_LEAF_INPLACE)
+        if self.input_index and args:
+            self._note_no_grad_restride(name, args)
         if name in _ADDRESSES_INPUT_STORAGE and args and isinstance(args[0], FunctionalTensor):
             storage = StorageWeakRef(args[0].untyped_storage())
             i = self.input_storages.get(storage)
@@ -448,6 +475,15 @@ def analyze(
             raise AotgradCompileError(
                 f"aotgrad: input {i} is detached in place (detach_()/requires_grad_(False)); "
                 "this is not supported. Detach it before the call, or use .detach()."
+            )
+        if i in checks.used_after_no_grad_restride and fake._base is not None:
+            restride, use = checks.used_after_no_grad_restride[i]
+            raise AotgradCompileError(
+                f"aotgrad: input {i}, a view that requires grad, has its size or stride changed in "
+                f"place under no_grad at {restride} and is then used with grad recording at {use}: "
+                "eager's autograd then rebuilds the view's history off its base in the new geometry, "
+                "which a gradient for the input itself cannot express. Change the geometry with "
+                "grad recording on, or outside the function."
             )
         if i in checks.inputs_set_requiring_grad and (data or meta):
             raise AotgradCompileError(

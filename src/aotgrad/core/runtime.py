@@ -337,9 +337,10 @@ def replay_metadata(real: torch.Tensor, new_view: tuple) -> None:
     """Give ``real`` the (size, stride, storage_offset) the program left it with.
 
     As in eager, autograd records the change only where it sees it; on a leaf that requires
-    grad eager only allows it under no_grad.
+    grad, or a view of one, eager only allows it under no_grad.
     """
-    with torch.set_grad_enabled(torch.is_grad_enabled() and real.requires_grad and not real.is_leaf):
+    of_leaf = real.is_leaf or (real._base is not None and real._base.is_leaf)
+    with torch.set_grad_enabled(torch.is_grad_enabled() and real.requires_grad and not of_leaf):
         _restride(real, new_view)
 
 
@@ -361,6 +362,11 @@ def _restride(t: torch.Tensor, geometry: tuple) -> None:
     _set_version_counter((t,), (version,))
 
 
+    if t._base is not None and t.requires_grad and not torch.is_grad_enabled():
+        # a view's grad_fn is regenerated for its new geometry when read at a version other
+        # than its last read's, as eager's is after its in-place view op under no_grad: read
+        # it now, so that the version put back below is such another version
+        t.grad_fn  # noqa: B018
 def apply_writebacks(
     writebacks: tuple[Writeback, ...], fw_outs: Any, graph_inputs: Any, new_views: tuple | None = None
 ) -> None:
