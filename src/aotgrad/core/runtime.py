@@ -359,14 +359,14 @@ def _restride(t: torch.Tensor, geometry: tuple) -> None:
     version and fails their backward, as in eager."""
     version = t._version
     t.as_strided_(*geometry)
-    _set_version_counter((t,), (version,))
-
-
     if t._base is not None and t.requires_grad and not torch.is_grad_enabled():
         # a view's grad_fn is regenerated for its new geometry when read at a version other
         # than its last read's, as eager's is after its in-place view op under no_grad: read
         # it now, so that the version put back below is such another version
         t.grad_fn  # noqa: B018
+    _set_version_counter((t,), (version,))
+
+
 def apply_writebacks(
     writebacks: tuple[Writeback, ...], fw_outs: Any, graph_inputs: Any, new_views: tuple | None = None
 ) -> None:
