@@ -325,3 +325,23 @@ def f(a, b, c, d):
         modes=['grad'],
         seed=11108,
     )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="output stride (2, 1) where eager has (1, 1): an input that is not dense (a diagonal) written in place is "
+    "given a dense layout in the same order, and cos of it takes TensorIterator's contiguous path (size-1 dims only)",
+)
+def test_non_dense_input_written_in_place_then_unary_op():
+    """a = x.diagonal() of a (2, 2, 1) base: shape (1, 2), strides (1, 3); a.sigmoid_(); a.cos()
+    has eager strides (1, 1) (the input is not dense: TensorIterator follows its strides)."""
+    check_case(
+        source='''
+def f(a):
+    a.sigmoid_()
+    t0 = a.cos()
+    return t0.contiguous(),
+''',
+        inputs={'bases': [{'shape': [2, 2, 1], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.diagonal()'}]},
+        seed=10560,
+    )
