@@ -255,6 +255,8 @@ class _EagerChecks(TorchFunctionMode):
         #: tensors without autograd history the program makes require grad: new autograd
         #: leaves, in program order, with the user line
         self.new_leaves: list[tuple[torch.Tensor, str]] = []
+        #: storages of inputs whose elements overlap in memory (expanded), to the input
+        self.overlapping_inputs: dict[StorageWeakRef, int] = {}
         #: graph input → (its entry geometry, the line) of an in-place metadata op on it under
         #: no_grad while it requires grad
         self.restrided_under_no_grad: dict[int, tuple[tuple, str]] = {}
@@ -374,6 +376,17 @@ class _EagerChecks(TorchFunctionMode):
                 "a write through memory that overlaps itself. Write into a contiguous tensor "
                 "(e.g. .contiguous() or clone()) instead."
             )
+        if (
+            self.overlapping_inputs
+            and isinstance(written, FunctionalTensor)
+            and (i := self.overlapping_inputs.get(StorageWeakRef(written.untyped_storage()))) is not None
+        ):
+            raise AotgradCompileError(
+                f"aotgrad: in-place {name} at {current_user_line()} writes into input {i}, whose "
+                "elements overlap in memory (an expanded tensor): eager's write reaches every element "
+                "sharing that memory, the input's written-back value would not. Pass a contiguous "
+                "input (e.g. .contiguous() or clone()), or write out of place."
+            )
         for t in pytree.tree_leaves((args, kwargs)):
             if (
                 isinstance(t, torch.Tensor)
@@ -439,6 +452,10 @@ def analyze(
         },
     )
     checks.input_index = {id(f): i for i, f in enumerate(f_inputs) if isinstance(f, torch.Tensor)}
+    checks.overlapping_inputs = {
+        StorageWeakRef(f.untyped_storage()): i for i, f in enumerate(f_inputs)
+        if isinstance(f, torch.Tensor) and overlaps_itself(tuple(f.shape), tuple(f.stride()))
+    }
     geometry = EagerViewGeometry(
         [(f, t) for f, t in zip(f_inputs, fake_inputs) if isinstance(t, torch.Tensor)]
     )
