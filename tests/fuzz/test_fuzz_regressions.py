@@ -434,7 +434,6 @@ def f(a):
     )
 
 
-@XFAIL('AotgradCompileError: inputs share storage ... no common ._base; not supported')
 def test_aliased_inputs_without_common_base():
     """x, x.unsqueeze(0) and x.detach() passed together, one mutated: legal in eager."""
     check_case(
@@ -1019,7 +1018,6 @@ def f(a, b):
     )
 
 
-@XFAIL("output 0's _base is some other tensor in aotgrad; in eager it is output 1 (the detach())")
 def test_view_of_returned_detach_has_it_as_base():
     """t0 = b.detach(); return t0.unsqueeze(-1), t0: eager's out0._base is out1."""
     check_case(
@@ -1927,6 +1925,22 @@ def f(a, b):
         inputs={'bases': [{'shape': [2], 'dtype': 'float64', 'rg': True}, {'shape': [2, 3], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 1, 'expr': 'x'}]},
         modes=['grad'],
         seed=276,
+    )
+
+
+def test_view_of_detach_returned_before_it_has_it_as_base():
+    """Seed 200539 (minimized): t1 = t0.unsqueeze(-1) of t0 = b.detach(), returned before t0:
+    eager's t1._base is t0 (output 1); it was rebuilt as a view of another tensor."""
+    check_case(
+        source='''
+def f(b):
+    t0 = b.detach()
+    t1 = t0.unsqueeze(-1)
+    return t1, t0
+''',
+        inputs={'bases': [{'shape': [1], 'dtype': 'float64', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.detach()'}]},
+        modes=['grad'],
+        seed=539,
     )
 
 

@@ -612,8 +612,11 @@ def analyze(
             # that shares the input's storage); a detached alias that requires grad again
             # (an in-place op with a grad operand) is rebuilt as a view of the input.
             detached = not o.requires_grad and (o._base is None or all(o._base is not f for f in f_inputs))
-            root_output = next((k for k in range(j) if out_leaves[k] is o._base), None) if detached else None
-            if root_output is not None and output_info[root_output].detached:
+            root_output = next((k for k in range(len(out_leaves)) if out_leaves[k] is o._base), None) if detached else None
+            if root_output is not None and (
+                output_info[root_output].detached if root_output < j
+                else _detached_input_alias(out_leaves[root_output], f_inputs, input_storages)
+            ):
                 # a view of a detach()ed alias the program returns too: eager's ``_base`` is
                 # that output, so it is rebuilt off it
                 output_info.append(OutputInfo(
@@ -717,6 +720,15 @@ def analyze(
         if eager_saved is not None:
             metadata = dataclasses.replace(metadata, eager_saved=eager_saved)
     return Analysis(metadata, out_spec, tuple(base_sources), avals, signature, subclasses)
+
+
+def _detached_input_alias(t: Any, f_inputs: list[Any], input_storages: dict[StorageWeakRef, int]) -> bool:
+    """``t`` (an output not classified yet) will be a ``detached`` alias of an input: a
+    ``detach()`` of one (no view, sharing its storage, not requiring grad, not the input)."""
+    return (
+        isinstance(t, FunctionalTensor) and t._base is None and not t.requires_grad
+        and StorageWeakRef(t.untyped_storage()) in input_storages and all(t is not f for f in f_inputs)
+    )
 
 
 def _rebuilt_geometry(

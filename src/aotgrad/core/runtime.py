@@ -190,7 +190,10 @@ class OutputBuilder:
         self.plan = tuple(plan)
         #: (user-output index, kind, index, info): outputs taken as they are, then aliases
         self.direct = tuple((j, *p) for j, p in enumerate(plan) if p[0] in ("out", "input", "const"))
-        self.aliases = tuple((j, *p) for j, p in enumerate(plan) if p[0] not in ("out", "input", "const"))
+        # an alias rebuilt off another alias (a view of a detach()ed input alias returned
+        # after it) comes after it
+        aliases = [(j, *p) for j, p in enumerate(plan) if p[0] not in ("out", "input", "const")]
+        self.aliases = tuple(sorted(aliases, key=lambda a: a[1] == "alias_user" and plan[a[2]][0] not in ("out", "input", "const")))
         #: forward-output positions of intermediate bases the program made new autograd leaves
         self.leaf_bases = tuple(
             first_base + k for k, leaf in enumerate(metadata.intermediate_base_new_leaf)
