@@ -369,3 +369,47 @@ def test_write_into_part_of_an_expanded_input_is_refused(write):
     with pytest.raises(aotgrad.errors.AotgradCompileError, match="overlap in memory"):
         aotgrad.aot_function(f, nop)(c, b)
     assert torch.equal(x, torch.zeros(4)) and c.shape == (3, 4)
+
+
+# A tensor requiring grad, views of it and detach()ed aliases of it passed together: the
+# members requiring grad share one autograd root, so one synthetic base serves them; the
+# detach()ed ones are taken off it through detach(), as the caller's are.
+ROOT_VIEWS_AND_DETACHED = {
+    "x, x.t(), x.detach()": lambda x: (x, x.t(), x.detach()),
+    "x.unsqueeze(0), x.detach(), x": lambda x: (x.unsqueeze(0), x.detach(), x),
+    "x[0], x.detach()[1], x": lambda x: (x[0], x.detach()[1], x),
+    "x.detach().t(), x[:, 1:], x.transpose(0, 1)": lambda x: (x.detach().t(), x[:, 1:], x.transpose(0, 1)),
+}
+ALIASED_MUTATIONS = {
+    "detached member add_": lambda a, b, c: (c.add_(1), (a * 2, b.sin()))[1],
+    "detached member under no_grad": lambda a, b, c: (torch.no_grad()(lambda: c.mul_(3))(), (a + b.sum(),))[1],
+    "viewing member mul_": lambda a, b, c: (b.mul_(2), (a.exp(), b))[1],
+    "root returned after a member's write": lambda a, b, c: (c.zero_(), (a, b * 1))[1],
+}
+
+
+@pytest.mark.parametrize("mutation", sorted(ALIASED_MUTATIONS))
+@pytest.mark.parametrize("members", sorted(ROOT_VIEWS_AND_DETACHED))
+def test_views_and_detached_aliases_of_one_root(members, mutation):
+    """Was refused ('share storage, one is mutated, several require grad, and they have no
+    common ._base'; fuzz seeds 200417, 201331, 201651, 201748): the detach()ed member has a
+    root of its own, but autograd only needs the members requiring grad to share one."""
+
+    def f(a, b, c):
+        return ALIASED_MUTATIONS[mutation](a, b, c)
+
+    check(f, lambda: ROOT_VIEWS_AND_DETACHED[members](torch.randn(3, 3, requires_grad=True) * 1))
+
+
+def test_two_autograd_roots_on_one_storage_still_refused():
+    """Two tensors requiring grad with separate histories on one storage (a detach()ed alias
+    made to require grad again) cannot share a synthetic base."""
+
+    def f(a, b):
+        a.add_(1)
+        return a * b
+
+    x = torch.randn(3, requires_grad=True) * 1
+    y = x.detach().requires_grad_()
+    with pytest.raises(aotgrad.errors.AotgradCompileError, match="share storage"):
+        aotgrad.aot_function(f, nop)(x, y)

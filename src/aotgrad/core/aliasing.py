@@ -251,9 +251,9 @@ def plan_input_aliasing(
             base_view = _strided(real_root)
         else:
             needing_grad = [i for i in group if call_inputs[i].requires_grad]
-            if len({id(call_inputs[i].grad_fn) for i in needing_grad}) > 1 or (
-                needing_grad and any(call_inputs[i]._base is None for i in needing_grad) and len(needing_grad) > 1
-            ):
+            # those requiring grad must be one autograd tensor and its views (members that
+            # do not, detach()ed aliases, are taken off the base through detach())
+            if len({id(call_inputs[i] if call_inputs[i]._base is None else call_inputs[i]._base) for i in needing_grad}) > 1:
                 raise AotgradCompileError(
                     f"aotgrad: inputs {group} share storage, one is mutated, several require "
                     "grad, and they have no common ._base; this is not supported. Pass views "
