@@ -204,3 +204,30 @@ def test_no_grad_metadata_mutation_of_input_viewing_a_leaf(view, meta, after):
         return
     with pytest.raises(AotgradCompileError, match="used with grad recording"):
         aotgrad.aot_function(f, nop)(*make())
+
+
+VIEWS_IN_PROGRAM = {
+    "input itself": lambda x: x,
+    "flatten": lambda x: x.flatten(),
+    "view_as": lambda x: x.view_as(x),
+    "t().t()": lambda x: x.t().t() if x.dim() == 2 else x.unsqueeze(0).squeeze(0),
+}
+
+
+@pytest.mark.parametrize("meta", sorted(NO_GRAD_METADATA_MUTATIONS))
+@pytest.mark.parametrize("inner", sorted(VIEWS_IN_PROGRAM))
+@pytest.mark.parametrize("view", ["as_strided", "select", "slice", "leaf itself"])
+def test_grad_mode_metadata_mutation_of_a_view_of_a_leaf_raises_as_eager(view, inner, meta):
+    """In grad mode eager refuses an in-place metadata op on a view of a leaf that requires
+    grad ('a view of a leaf Variable ...'): an input viewing a leaf, or a view the program
+    takes of such an input or of a leaf input (fuzz seeds 109406, 110102: aotgrad ran it)."""
+
+    def f(x):
+        NO_GRAD_METADATA_MUTATIONS[meta](VIEWS_IN_PROGRAM[inner](x))
+        return x * 2
+
+    def make():
+        leaf = torch.randn(3, 4, 2, requires_grad=True)
+        return (leaf if view == "leaf itself" else VIEWS_OF_LEAF[view](leaf),)
+
+    check(f, make)

@@ -41,6 +41,7 @@ from torch import nn
 
 from .config import AotConfig
 from .core.dispatch import AotFunction
+from .core.provenance import running_with_stack_traces
 from .core.symbolic import symbolic_leaves_of_examples
 from .errors import note_user_line
 from .module_state import (
@@ -69,9 +70,10 @@ def _describe_forward(root: nn.Module) -> str:
 def _run_traced(root: nn.Module, args: tuple, kwargs: dict) -> Any:
     """Call ``root`` while it is traced. A GraphModule (Dynamo's) runs node by node with its
     node meta preserved, so each ATen node traced from a node carries that node's
-    ``stack_trace`` (the user's source line), as torch's AOT Autograd keeps it."""
+    ``stack_trace`` (the user's source line), as torch's AOT Autograd keeps it, and so do
+    the backward's nodes (each autograd node records it: ``running_with_stack_traces``)."""
     if isinstance(root, torch.fx.GraphModule) and not kwargs:
-        with fx_traceback.preserve_node_meta():
+        with fx_traceback.preserve_node_meta(), running_with_stack_traces():
             return torch.fx.Interpreter(root).run(*args)
     return root(*args, **kwargs)
 

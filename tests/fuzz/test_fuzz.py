@@ -78,7 +78,6 @@ KNOWN: dict[str, list[str]] = {
     # --- not raising where eager does
     "call: eager raised, impl did not: NotImplementedError": ["test_unused_op_that_raises_in_eager_still_raises"],
     "call: eager raised, impl did not: RuntimeError: result type Float can't be cast": ["test_float_result_out_into_int32_view_raises"],
-    "call: eager raised, impl did not: RuntimeError: a view of a leaf Variable that requires grad": ["test_metadata_mutation_of_view_of_leaf_raises"],
     "call: eager raised, impl did not: RuntimeError: Can't detach views in-place": ["test_detach__of_view_input_raises"],
     "call: eager raised, impl did not: RuntimeError: unsupported operation: some elements": ["test_overlapping_inplace_add_raises"],
     "backward: eager raised, impl did not: RuntimeError: Trying to use a saved tensor that has been detac": ["test_backward_after_detach__of_output_saved_for_backward"],

@@ -1046,7 +1046,6 @@ def f(a):
     )
 
 
-@XFAIL("aotgrad does not raise")
 def test_metadata_mutation_of_view_of_leaf_raises():
     """t0 = a.view_as(a); t0.t_() with a a leaf requiring grad: eager raises 'a view of a leaf Variable that requires grad is being used in an in-place operation'."""
     check_case(

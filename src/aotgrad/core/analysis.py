@@ -255,6 +255,8 @@ class _EagerChecks(TorchFunctionMode):
         #: tensors without autograd history the program makes require grad: new autograd
         #: leaves, in program order, with the user line
         self.new_leaves: list[tuple[torch.Tensor, str]] = []
+        #: ids of the functional inputs that stand for views of leaves requiring grad
+        self.leaf_view_inputs: frozenset[int] = frozenset()
         #: storages of inputs whose elements overlap in memory (expanded), to the input
         self.overlapping_inputs: dict[StorageWeakRef, int] = {}
         #: graph input → (its entry geometry, the line) of an in-place metadata op on it under
@@ -301,6 +303,16 @@ class _EagerChecks(TorchFunctionMode):
             self.new_leaves.append((t, current_user_line()))
         return out
 
+    def _views_a_leaf(self, t: Any) -> bool:
+        """``t`` is, in eager, a view of a leaf that requires grad: an input that is one, or a
+        view of such an input or of a leaf input (eager refuses in-place ops on it in grad mode)."""
+        if not isinstance(t, FunctionalTensor) or not t.requires_grad:
+            return False
+        if id(t) in self.leaf_view_inputs:
+            return True
+        base = t._base
+        return base is not None and (id(base) in self.leaf_inputs or id(base) in self.leaf_view_inputs)
+
     def _note_no_grad_restride(self, name: str, args: tuple) -> None:
         """Track an input's in-place metadata op under no_grad and its later uses with grad
         recording (``restrided_under_no_grad``, ``used_after_no_grad_restride``)."""
@@ -332,6 +344,8 @@ class _EagerChecks(TorchFunctionMode):
             and torch.is_grad_enabled()
         ):
             raise RuntimeError(_LEAF_INPLACE)
+        if name in _METADATA_INPLACE and args and torch.is_grad_enabled() and self._views_a_leaf(args[0]):
+            raise RuntimeError(_VIEW_OF_LEAF_INPLACE)
         if self.input_index and args:
             self._note_no_grad_restride(name, args)
         if name in _ADDRESSES_INPUT_STORAGE and args and isinstance(args[0], FunctionalTensor):
@@ -452,6 +466,10 @@ def analyze(
         },
     )
     checks.input_index = {id(f): i for i, f in enumerate(f_inputs) if isinstance(f, torch.Tensor)}
+    checks.leaf_view_inputs = frozenset(
+        id(f) for f, t in zip(f_inputs, fake_inputs)
+        if isinstance(t, torch.Tensor) and t.requires_grad and t._base is not None and t._base.is_leaf
+    )
     checks.overlapping_inputs = {
         StorageWeakRef(f.untyped_storage()): i for i, f in enumerate(f_inputs)
         if isinstance(f, torch.Tensor) and overlaps_itself(tuple(f.shape), tuple(f.stride()))

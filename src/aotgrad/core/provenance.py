@@ -13,16 +13,15 @@ torch call of the program.
 Separately, and always: a graph whose nodes carry ``stack_trace`` (Dynamo's, run node by node
 under ``fx_traceback.preserve_node_meta``) gives each ATen node of the forward that stack trace,
 and each node of the backward the stack trace of the forward op it differentiates, as torch's
-AOT Autograd does (:func:`recording_stack_traces`, :func:`backward_stack_traces`).
+AOT Autograd does (:func:`running_with_stack_traces`, :func:`backward_stack_traces`).
 """
 
 from __future__ import annotations
 
 import collections
-import functools
+import contextlib
 import linecache
 import sys
-import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +35,7 @@ from torch.overrides import TorchFunctionMode
 
 from ..errors import frame_rank
 
-__all__ = ["SOURCE", "SourceLine", "SourceMarks", "backward_stack_traces", "recording_stack_traces", "source_of"]
+__all__ = ["SOURCE", "SourceLine", "SourceMarks", "backward_stack_traces", "running_with_stack_traces", "source_of"]
 
 #: node meta key: the :class:`SourceLine` that made the node
 SOURCE = "aotgrad_source"
@@ -165,36 +164,53 @@ def source_of(node: torch.fx.Node) -> SourceLine | None:
     return source
 
 
-def recording_stack_traces(joint: Callable) -> Callable:
-    """``joint`` run so that each autograd node its forward makes remembers the stack trace
-    of the op that made it: under ``preserve_node_meta`` (traced nodes take the current
-    node's meta) and autograd's anomaly mode, which stores ``fx_traceback.format_stack()``
-    (the current ``stack_trace`` while meta is preserved) in ``Node.metadata["traceback_"]``.
-    The signature is ``joint``'s (make_fx names placeholders after it)."""
-
-    @functools.wraps(joint)
-    def recorded(*args: Any) -> Any:
-        with fx_traceback.preserve_node_meta(), warnings.catch_warnings():
-            warnings.filterwarnings("ignore", "Anomaly Detection has been enabled")
-            with torch.autograd.detect_anomaly(check_nan=False):
-                return joint(*args)
-
-    return recorded
+def running_with_stack_traces() -> contextlib.AbstractContextManager:
+    """Around a run of a graph whose nodes carry ``stack_trace``, node by node under
+    ``preserve_node_meta``: autograd's anomaly mode (``set_detect_anomaly``, which does not
+    warn) makes each autograd node store ``fx_traceback.format_stack()`` — the running
+    node's ``stack_trace`` — in ``Node.metadata["traceback_"]``, for
+    :func:`backward_stack_traces`. Only around the forward: an error in a backward run under
+    anomaly mode would add a warning of its own."""
+    return torch.autograd.set_detect_anomaly(True, check_nan=False)
 
 
 def backward_stack_traces(outputs: Iterable[Any]) -> None:
-    """Before ``autograd.grad`` of ``outputs`` in a joint run by :func:`recording_stack_traces`:
-    while each autograd node's backward formula runs, the current stack trace is the one
-    its forward op had, so the backward's traced nodes carry it; the stack trace from before
-    is back once the backward is done. Nothing is hooked where no forward op had one (a
-    program that is no graph with stack traces)."""
+    """Before ``autograd.grad`` of ``outputs`` while the joint is traced: the nodes each
+    autograd node's backward formula traces get the ``stack_trace`` its forward op had (a
+    prehook notes the graph's last node, a hook tags the nodes after it), so the backward
+    graph's nodes carry it, as torch's. Nothing is hooked where no forward op had one (a
+    program that is no graph with stack traces, or was not run under
+    :func:`running_with_stack_traces`); no global state is touched, so an error in the
+    backward leaves nothing behind."""
     nodes = _autograd_nodes(t.grad_fn for t in outputs if isinstance(t, torch.Tensor) and t.grad_fn is not None)
-    traced = [(node, trace) for node in nodes if any(trace := node.metadata.get("traceback_", ()))]
-    if not traced:
-        return
-    restore = _RestoreAfterBackward(fx_traceback.format_stack())
-    for node, trace in traced:
-        node.register_prehook(restore.then_set(list(trace)))
+    traces = ["".join(line for line in node.metadata.get("traceback_", ()) if line) for node in nodes]
+    for node, trace in zip(nodes, traces):
+        if trace:
+            _tag_backward_of(node, trace)
+
+
+def _tag_backward_of(node: Any, trace: str) -> None:
+    """Hooks on autograd ``node``: the graph nodes its backward formula traces get
+    ``stack_trace`` ``trace`` (where they have none yet)."""
+    start: list[torch.fx.Node] = []
+
+    def before(grad_outputs: Any) -> None:
+        proxy_mode = get_proxy_mode()
+        if proxy_mode is not None:
+            start.append(proxy_mode.tracer.graph._root._prev)
+
+    def after(grad_inputs: Any, grad_outputs: Any) -> None:
+        proxy_mode = get_proxy_mode()
+        if proxy_mode is None or not start:
+            return
+        graph, new = proxy_mode.tracer.graph, start.pop()._next
+        while new is not graph._root:
+            if not new.meta.get("stack_trace"):
+                new.meta["stack_trace"] = trace
+            new = new._next
+
+    node.register_prehook(before)
+    node.register_hook(after)
 
 
 def _autograd_nodes(roots: Iterable[Any]) -> list[Any]:
@@ -213,25 +229,3 @@ def _autograd_nodes(roots: Iterable[Any]) -> list[Any]:
                 seen.add(child)
                 queue.append(child)
     return order
-
-
-class _RestoreAfterBackward:
-    """Prehooks that set a node's stack trace; the first one of a backward queues a callback
-    that sets ``before`` back when the engine finishes."""
-
-    def __init__(self, before: list[str]) -> None:
-        self.before = before
-        self.queued = False
-
-    def then_set(self, trace: list[str]) -> Callable[[Any], None]:
-        def prehook(grad_outputs: Any) -> None:
-            if not self.queued:
-                self.queued = True
-                torch.autograd.Variable._execution_engine.queue_callback(self._restore)
-            fx_traceback.set_stack_trace(trace)
-
-        return prehook
-
-    def _restore(self) -> None:
-        fx_traceback.set_stack_trace(self.before)
-        self.queued = False

@@ -31,7 +31,7 @@ from .analysis import Analysis, _sets_requires_grad, from_functional, overlaps_i
 from .eager_rewrites import EagerRewrites
 from .saved_tensors import versions_unchecked
 from .effects import effects_as_ordered_nodes, is_effectful
-from .provenance import backward_stack_traces, recording_stack_traces
+from .provenance import backward_stack_traces
 from .signature import GraphSignature, mark_tangents
 
 __all__ = ["IN_CUSTOM_FUNCTION", "NO_GRAD", "JointGraph", "NoGradMarks", "analyze_tracing_inference", "trace_function", "trace_inference", "trace_joint", "trace_loss_joint", "trace_pre_dispatch"]
@@ -284,7 +284,7 @@ def trace_joint(
         return [[from_functional(o) for o in fw_outs], [from_functional(g) for g in grads] + new_values]
 
     found: list[tuple[int, ...]] = []
-    gm = _trace(recording_stack_traces(joint), (primals, tangents), decompositions, fake_mode, lazy=True)
+    gm = _trace(joint, (primals, tangents), decompositions, fake_mode, lazy=True)
     mark_tangents(gm.graph, len(primals))
     if found and found[-1]:
         signature = replace(signature, backward_mutated_inputs=found[-1])
