@@ -34,6 +34,7 @@ from typing import Any
 import torch
 from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch._subclasses.functional_tensor import FunctionalTensor, disable_functional_mode
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch.overrides import TorchFunctionMode
 
 __all__ = ["EagerRewrites", "bernoulli_like"]
@@ -143,6 +144,12 @@ def _static(t: torch.Tensor) -> bool:
     return not any(isinstance(x, torch.SymInt) for x in (*t.shape, *t.stride()))
 
 
+def _known_equal(a: Any, b: Any) -> bool:
+    """Two sizes or strides are the same for every value of their symbols (no guard is added:
+    where the shape environment cannot tell, they count as different)."""
+    return len(a) == len(b) and all(statically_known_true(x == y) for x, y in zip(a, b))
+
+
 def _overlaps(t: torch.Tensor) -> bool:
     """Two elements of ``t`` share a memory location (an expanded tensor)."""
     dims = sorted((st, sz) for sz, st in zip(t.shape, t.stride()) if sz > 1)
@@ -160,13 +167,15 @@ def _odd_size1_strides(t: Any) -> bool:
         return False
     with torch._C.DisableTorchFunction():
         size, stride = tuple(t.shape), tuple(t.stride())
-    if 1 not in size or 0 in size or any(isinstance(x, torch.SymInt) for x in (*size, *stride)):
+    # sizes 0 and 1 are never symbolic; a stride the shape environment cannot prove to be the
+    # contiguous one counts as odd (no guard is added)
+    if not any(type(n) is int and n == 1 for n in size) or any(type(n) is int and n == 0 for n in size):
         return False
-    expected = 1
+    expected: Any = 1
     for sz, st in reversed(list(zip(size, stride))):
-        if sz == 1 and st != expected:
+        if type(sz) is int and sz == 1 and not statically_known_true(st == expected):
             return True
-        expected *= sz
+        expected = expected * sz
     return False
 
 
@@ -175,7 +184,8 @@ def _keeping_layout(root: FunctionalTensor, func, args: tuple, kwargs: dict, *, 
     ``root``'s new functional value the layout eager keeps: ``root``'s before the op.
 
     Only where the trace shows another layout afterwards than ``empty_like`` of the old value
-    has (``root``'s own strides where it is dense; same size, no overlap), or ``root`` has a
+    has (``root``'s own strides where it is dense; same size, no overlap; symbolic strides
+    the shape environment cannot prove equal count as another layout), or ``root`` has a
     size-1 dim and ``size1_unknown`` (the kernels' strides there may not be the trace's, see
     :class:`EagerRewrites`): the graph then gets ``copy(empty_like(old value), new value)``,
     laid out at run time as the kernels laid out the old value (size-1 dims included).
@@ -186,13 +196,16 @@ def _keeping_layout(root: FunctionalTensor, func, args: tuple, kwargs: dict, *, 
     out = func(*args, **kwargs)
     with torch._C.DisableTorchFunction():
         new = _value(root)
-        if not (_static(old) and _static(new)) or old.shape != new.shape or _overlaps(old):
+        if not _known_equal(old.shape, new.shape):
             return out
         dense = is_non_overlapping_and_dense_or_false(old)
+        if not dense and (not _static(old) or _overlaps(old)):
+            return out
+        size1 = any(type(n) is int and n == 1 for n in old.shape)  # sizes 0 and 1 are never symbolic
         with disable_functional_mode(), torch.no_grad():
             like = torch.empty_like(old)
             target = old.stride() if dense else like.stride()
-            if new.stride() == target and not (size1_unknown and 1 in old.shape):
+            if _known_equal(new.stride(), target) and not (size1_unknown and size1):
                 return out  # the unused empty_like is dropped with the trace's dead code
             relaid = torch.ops.aten.copy.default(like, new)
         # in the op's grad mode: functionalization counts this as part of its mutation
