@@ -20,6 +20,7 @@ error where eager's backward would reach a changed tensor.
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -69,16 +70,11 @@ class EagerSavedTensors:
     #: versions has nothing to refuse)
     changed_by_program: bool = False
 
-    @property
-    def input_witnesses(self) -> tuple[int, ...]:
-        return tuple(i for is_input, i in self.witnesses if is_input)
 
-    @property
-    def output_witnesses(self) -> tuple[int, ...]:
-        return tuple(p for is_input, p in self.witnesses if not is_input)
-
-
-_saved_attributes: dict[type, tuple[str, ...]] = {}
+@functools.cache
+def _saved_attribute_names(node_type: type) -> tuple[str, ...]:
+    """The attributes through which a C++ autograd node of this type unpacks what it saved."""
+    return tuple(a for a in dir(node_type) if a.startswith("_saved_"))
 
 
 def _saved_values(node: Any) -> Iterable[tuple[Any, BaseException | None]]:
@@ -87,10 +83,7 @@ def _saved_values(node: Any) -> Iterable[tuple[Any, BaseException | None]]:
     if isinstance(node, torch.autograd.function.BackwardCFunction):
         names: tuple[str, ...] = ("saved_tensors",)
     else:
-        names = _saved_attributes.get(type(node))  # type: ignore[assignment]
-        if names is None:
-            names = tuple(a for a in dir(type(node)) if a.startswith("_saved_"))
-            _saved_attributes[type(node)] = names
+        names = _saved_attribute_names(type(node))
     for name in names:
         try:
             value = getattr(node, name)
