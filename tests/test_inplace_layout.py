@@ -163,6 +163,21 @@ def test_compiled_once_called_in_both_grad_modes(layout: str) -> None:
     _case(source, layout, rg=True, modes=("grad", "no_grad", "grad"))
 
 
+
+@pytest.mark.parametrize("layout", ["transposed", "permuted", "size1_transposed"])
+@pytest.mark.parametrize("op", ["masked_fill_", "add_tensor", "setitem", "out"])
+def test_symbolic_sizes(op: str, layout: str) -> None:
+    """The same with ``dynamic=True`` (symbolic sizes; the harness calls once more on inputs
+    grown in every size of at least 2): strides the shape environment cannot prove equal are
+    re-laid out, without a guard."""
+    shape, expr = LAYOUTS[layout]
+    harness.check_case(
+        source=f"def f(a):\n    t = a * 2\n    {INPLACE[op]}\n    return t, t * 3\n",
+        inputs={"bases": [{"shape": shape, "dtype": "float32", "rg": False}], "args": [{"kind": "tensor", "base": 0, "expr": expr}]},
+        seed=3,
+        impl=harness.aotgrad_dynamic_impl,
+    )
+
 # --------------------------------------------------------------------------- fuzz programs
 # Output strides that differed from eager before _keeping_layout (tools/fuzz.py seeds).
 
