@@ -250,6 +250,8 @@ class _EagerChecks(TorchFunctionMode):
         self.restrided_views: dict[StorageWeakRef, str] = {}
         #: id of a functional input → its graph-input index (set by :func:`analyze`)
         self.input_index: dict[int, int] = {}
+        #: input index -> whether the caller's tensor is an autograd leaf
+        self.input_is_leaf: dict[int, bool] = {}
         #: graph inputs the program makes require grad (``requires_grad_()``) → the user line
         self.inputs_set_requiring_grad: dict[int, str] = {}
         #: tensors without autograd history the program makes require grad: new autograd
@@ -332,11 +334,27 @@ class _EagerChecks(TorchFunctionMode):
             if (tuple(a.shape), tuple(a.stride()), a.storage_offset()) != entry:
                 self.used_after_no_grad_restride[i] = (line, current_user_line())
 
+    def _is_leaf(self, func: Any, t: Any) -> bool:
+        """``t.is_leaf`` read by the program: refused for an input where the traced program
+        would see another value than eager's caller tensor has (the program could branch on
+        it: silently another program)."""
+        seen = func(t)
+        i = self.input_index.get(id(t)) if isinstance(t, FunctionalTensor) else None
+        if i is not None and i in self.input_is_leaf and self.input_is_leaf[i] != seen:
+            raise AotgradCompileError(
+                f"aotgrad: .is_leaf of input {i} read at {current_user_line()}: the traced program "
+                f"sees {seen}, eager's tensor is {'a leaf' if self.input_is_leaf[i] else 'no leaf'}. "
+                "Read it before the call and pass the result as an argument."
+            )
+        return seen
+
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if _sets_requires_grad(func):
             return self._requires_grad(func, args, kwargs)
         name = getattr(func, "__name__", str(func))
+        if name == "__get__" and args and getattr(getattr(func, "__self__", None), "__name__", None) == "is_leaf":
+            return self._is_leaf(func, args[0])
         if (
             name in _METADATA_INPLACE
             and args
@@ -466,6 +484,7 @@ def analyze(
         },
     )
     checks.input_index = {id(f): i for i, f in enumerate(f_inputs) if isinstance(f, torch.Tensor)}
+    checks.input_is_leaf = {i: t.is_leaf for i, t in enumerate(fake_inputs) if isinstance(t, torch.Tensor)}
     checks.leaf_view_inputs = frozenset(
         id(f) for f, t in zip(f_inputs, fake_inputs)
         if isinstance(t, torch.Tensor) and t.requires_grad and t._base is not None and t._base.is_leaf
