@@ -34,8 +34,8 @@ from .eager_rewrites import EagerRewrites
 from .layout import takes_eager_layout
 from .effects import effects_as_ordered_nodes
 from .metadata import InputInfo, LeafSlot, OutputInfo, OutputType, ViewAndMutationMetadata
-from .signature import GraphSignature
 from .saved_tensors import find_eager_saved
+from .signature import GraphSignature
 from .subclasses import TensorStructure
 from .view_geometry import EagerViewGeometry, Geometry, functional_geometry
 
@@ -740,9 +740,6 @@ def analyze(
         [out_leaves[j] for j in forward_outputs.user_outputs],
         [out_leaves[j]._base for j in base_sources],
     )
-    avals = tuple((tuple(v.shape), v.dtype, v.device) for v in fw_values)
-    signature = forward_outputs.with_tangents(metadata, [v.dtype for v in fw_values])
-    subclasses = tuple(_subclass_structure(v) for v in fw_values)
     if any(getattr(o, "requires_grad", False) for o in out_leaves) or any(x.mutation_visible_to_autograd for x in input_info):
         fw_functional = forward_outputs.pack_forward(
             [f_inputs[i] for i in forward_outputs.mutated_inputs],
@@ -756,6 +753,9 @@ def analyze(
             )
         if eager_saved is not None:
             metadata = dataclasses.replace(metadata, eager_saved=eager_saved)
+    avals = tuple((tuple(v.shape), v.dtype, v.device) for v in fw_values)
+    signature = forward_outputs.with_tangents(metadata, [v.dtype for v in fw_values])
+    subclasses = tuple(_subclass_structure(v) for v in fw_values)
     return Analysis(metadata, out_spec, tuple(base_sources), avals, signature, subclasses)
 
 
