@@ -413,3 +413,30 @@ def test_two_autograd_roots_on_one_storage_still_refused():
     y = x.detach().requires_grad_()
     with pytest.raises(aotgrad.errors.AotgradCompileError, match="share storage"):
         aotgrad.aot_function(f, nop)(x, y)
+
+
+# Members requiring grad where the first is a view that does not cover its root: the
+# synthetic base is taken off the root, so the root's other elements get their gradient.
+PARTIAL_VIEW_FIRST = {
+    "x[1:], x, x.detach().t()": lambda x: (x[1:], x, x.detach().t()),
+    "x[:2], x, x.detach()": lambda x: (x[:2], x, x.detach()),
+    "x[:, 0], x.t(), x.detach()[2]": lambda x: (x[:, 0], x.t(), x.detach()[2]),
+}
+
+
+@pytest.mark.parametrize("members", sorted(PARTIAL_VIEW_FIRST))
+@pytest.mark.parametrize("leaf", [True, False])
+def test_root_gradient_outside_the_first_member(members, leaf):
+    """Was silently wrong (fuzz seed 401658): the synthetic base was an as_strided of the
+    first member requiring grad (``x[1:]``), whose backward covers only that view's elements,
+    so ``x``'s row 0 got a zero gradient through the other member ``x``."""
+
+    def f(a, c, d):
+        d.mul_(2)
+        return torch.tanh(c), a.sum()
+
+    def make():
+        x = torch.randn(3, 3, requires_grad=True)
+        return PARTIAL_VIEW_FIRST[members](x if leaf else x * 1)
+
+    check(f, make)

@@ -49,7 +49,8 @@ class SyntheticBase:
 
     ``members``: call-input indices merged into this base. ``common_base``: the base is the
     members' common ``._base`` (or the member that is that base); otherwise it is a 1-D
-    ``as_strided`` view over the whole storage taken from member ``source_member``.
+    ``as_strided`` view over the whole storage taken from the root (``._base``, or itself)
+    of member ``source_member``.
     ``member_views``: each member's (size, stride, storage_offset), used to regenerate it.
     ``replay``: per member, whether the caller's view chain can be replayed
     (``Tensor._view_func``) on the base instead of ``as_strided``.
@@ -73,10 +74,14 @@ class SyntheticBase:
     def make(self, call_inputs: list[torch.Tensor]) -> torch.Tensor:
         """The base for this call (the caller's real tensors)."""
         src = call_inputs[self.source_member]
+        root = src if src._base is None else src._base
         if self.common_base:
-            return src if src._base is None else src._base
+            return root
+        # Taken off the source's root, not the source: as_strided of a view sends its
+        # gradient only to the view's own elements, so the root's other elements (reached
+        # through other members, e.g. the root itself) would get none.
         size, stride, offset = self.base_view
-        return src.as_strided(size, stride, offset)
+        return root.as_strided(size, stride, offset)
 
     def __repr__(self) -> str:
         how = "common ._base" if self.common_base else f"as_strided over the storage of input {self.source_member}"
