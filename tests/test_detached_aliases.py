@@ -50,3 +50,25 @@ def test_view_of_a_returned_detached_alias_has_it_as_base(make):
         return d, d[1:], d.split(1, 0)[0]
 
     check(f, lambda: (torch.randn(3, 4),))
+
+
+VIEW_OF_ALIAS = {
+    "unbind": lambda t: t.unbind(0)[0],
+    "select": lambda t: t[0],
+    "t": lambda t: t.t(),
+}
+
+
+@pytest.mark.parametrize("no_grad", [False, True], ids=["grad", "no_grad"])
+@pytest.mark.parametrize("view", sorted(VIEW_OF_ALIAS))
+def test_view_of_a_returned_detached_alias_returned_twice(view, no_grad):
+    """Was None for the second return (fuzz seed 401581): the duplicate was filled in before
+    the view it duplicates, which is rebuilt off another user output (the detached alias)."""
+
+    def f(a):
+        with torch.set_grad_enabled(not no_grad):
+            t0 = a.detach()
+            t1 = VIEW_OF_ALIAS[view](t0)
+        return t0, t1, t1
+
+    check(f, lambda: (torch.randn(2, 4),))

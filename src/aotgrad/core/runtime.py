@@ -190,10 +190,10 @@ class OutputBuilder:
         self.plan = tuple(plan)
         #: (user-output index, kind, index, info): outputs taken as they are, then aliases
         self.direct = tuple((j, *p) for j, p in enumerate(plan) if p[0] in ("out", "input", "const"))
-        # an alias rebuilt off another alias (a view of a detach()ed input alias returned
-        # after it) comes after it
+        # an output rebuilt off another user output ("alias_user", "same") comes after it
+        # (a view of a detach()ed input alias returned after it, and that view returned twice)
         aliases = [(j, *p) for j, p in enumerate(plan) if p[0] not in ("out", "input", "const")]
-        self.aliases = tuple(sorted(aliases, key=lambda a: a[1] == "alias_user" and plan[a[2]][0] not in ("out", "input", "const")))
+        self.aliases = tuple(sorted(aliases, key=lambda a: _build_depth(plan, a[0])))
         #: forward-output positions of intermediate bases the program made new autograd leaves
         self.leaf_bases = tuple(
             first_base + k for k, leaf in enumerate(metadata.intermediate_base_new_leaf)
@@ -266,6 +266,17 @@ class OutputBuilder:
             if info.new_leaf:
                 result[j] = _alias_requiring_grad(result[j], info.new_leaf)
         return self.pack(result)
+
+
+def _build_depth(plan: list[tuple[str, int, Any]], j: int) -> int:
+    """How many user outputs output ``j`` is rebuilt through: 0 for one taken as it is, one
+    more than its source for ``alias_user``/``same`` (the source is a user output), else 1."""
+    kind, idx, _ = plan[j]
+    if kind in ("out", "input", "const"):
+        return 0
+    if kind in ("alias_user", "same"):
+        return 1 + _build_depth(plan, idx)
+    return 1
 
 
 def _detached_alias_with_history(real: torch.Tensor, value: torch.Tensor, info: OutputInfo, geometry: tuple | None) -> torch.Tensor:
