@@ -360,3 +360,24 @@ def f(a):
         inputs={'bases': [{'shape': [2, 2, 1], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.diagonal()'}]},
         seed=10560,
     )
+
+
+#: in-place metadata ops changing the input's geometry after the stride-following op
+METADATA_OPS = {
+    "t_": "a.t_()",
+    "unsqueeze_": "a.unsqueeze_(0)",
+    "transpose_": "a.transpose_(0, -1)",
+    "squeeze_": "a.squeeze_()",
+}
+
+
+@pytest.mark.parametrize("rg", [False, True], ids=["plain", "grad"])
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize("maker", ["ones_like", "clone", "mul_scalar"])
+@pytest.mark.parametrize("meta", sorted(METADATA_OPS))
+def test_input_geometry_changed_after_stride_following_op(meta: str, maker: str, layout: str, rg: bool) -> None:
+    """Was silently (1, 4)-strided where eager has (1, 1) (fuzz seed 401611): the program
+    gets an alias of an input whose geometry it changes, and that alias was a
+    ``view(shape)``, which recomputes the strides of size-1 dims."""
+    source = f"def f(a):\n    t = {MAKERS[maker]}\n    {METADATA_OPS[meta]}\n    return t, t.sum()\n"
+    _case(source, layout, rg=rg)

@@ -83,7 +83,9 @@ def _functional_forward(
                         entry_geometry[i] = (tuple(c.shape), tuple(c.stride()), c.storage_offset())
                         continue
                 if geometry_changes or (protect_mutated_inputs and info.mutates_metadata and not info.mutates_data):
-                    inputs[i] = inputs[i].view(inputs[i].shape)
+                    # alias, not view(shape): view recomputes the strides of size-1 dims, and
+                    # the program's stride-following ops (ones_like, clone) would see others
+                    inputs[i] = torch.ops.aten.alias.default(inputs[i])
         out_leaves, _ = program(*inputs)
         for i, (size, stride, offset) in entry_geometry.items():
             originals[i] = _in_geometry(inputs[i], size, stride, offset)
