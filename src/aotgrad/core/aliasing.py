@@ -156,13 +156,19 @@ class InputAliasing:
             for k, i in enumerate(unmerged):
                 call_inputs[i] = graph_inputs[k]
             for b, base in zip(bases, graph_inputs[len(unmerged):]):
+                # The other members are taken off the graph input itself where ``base`` is an
+                # alias of it in the same geometry (tracing's ``view`` of an input whose
+                # metadata the program changes): the same elements, and their ``as_strided``
+                # then starts its view chain, as functionalization needs to replay a write
+                # through it onto the base.
+                source = base._base if _same_geometry_alias(base) else base
                 for m, view, replay, rg in zip(b.members, b.member_views, b.replay, b.member_requires_grad):
                     if replay:
-                        member = templates[m]._view_func_unsafe(base)
+                        member = templates[m]._view_func_unsafe(source)
                     elif b.common_base and view == b.base_view and templates[m]._base is None:
                         member = base
                     else:
-                        member = base.as_strided(*view)
+                        member = source.as_strided(*view)
                     separate = not rg and (member.requires_grad or not b.common_base)
                     call_inputs[m] = member.detach() if separate else member
             members = {m: call_inputs[m] for m in extras}
@@ -182,6 +188,11 @@ class InputAliasing:
             lines.append(f"  synthetic base {k} (graph input {len(self.unmerged) + k}): {b!r}")
         lines.append(")")
         return "\n".join(lines)
+
+
+def _same_geometry_alias(t: torch.Tensor) -> bool:
+    """``t`` is a view of its ``._base`` with the base's own size, stride and offset."""
+    return t._base is not None and _strided(t) == _strided(t._base) and t.dtype == t._base.dtype
 
 
 def _disjoint_sets(tensors: list[torch.Tensor]) -> list[list[int]]:

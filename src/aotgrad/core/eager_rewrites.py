@@ -23,8 +23,9 @@ eager's own fill, so the traced graph consumes the generator exactly as eager do
 - **as_strided of a view.** ``v.as_strided(size, stride, offset)`` addresses ``v``'s storage,
   so it is the same view as ``v._base.as_strided(...)``; functionalization refuses a mutation
   through an ``as_strided`` that is not the first view of its chain, so it is taken of the
-  base where autograd records neither (eager's gradient of ``v.as_strided`` reaches only
-  ``v``'s elements) and the dtype is the same.
+  base where the dtype is the same and autograd records neither, or where it records both
+  and the result addresses only ``v``'s own elements (eager's gradient of ``v.as_strided``
+  reaches only ``v``'s elements: the same ones then).
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ class EagerRewrites(TorchFunctionMode):
             return x.copy_(torch.polygamma(n, x.clone()))  # the clone is what backward reads
         if func is _SQUEEZE_INPLACE and (len(args) > 1 or "dim" in kwargs):
             return _squeeze_(args[0], args[1] if len(args) > 1 else kwargs["dim"])
-        if func in _AS_STRIDED and args and _as_strided_of_base(args[0]):
+        if func in _AS_STRIDED and args and _as_strided_of_base(args[0], args[1:], kwargs):
             return func(args[0]._base, *args[1:], **kwargs)
         if func is _FUNCTIONAL_DROPOUT:
             x, p, train, inplace = _bind(args, kwargs, ("input", "p", "training", "inplace"), (0.5, True, False))
@@ -215,11 +216,57 @@ def _keeping_layout(root: FunctionalTensor, func, args: tuple, kwargs: dict, *, 
     return out
 
 
-def _as_strided_of_base(v: torch.Tensor) -> bool:
-    """``v.as_strided(...)`` may be taken of ``v._base`` instead (see the module docstring):
-    not where autograd records it, as its gradient then reaches only ``v``'s elements."""
+def _as_strided_of_base(v: torch.Tensor, args: tuple, kwargs: dict) -> bool:
+    """``v.as_strided(*args, **kwargs)`` may be taken of ``v._base`` instead (see the module
+    docstring). Where autograd records neither, always. Where it records both (``v`` and its
+    base require grad, ``v`` an ordinary view), only where the result addresses elements of
+    ``v`` alone, ``v``'s (and the base's) elements overlap nowhere and all are static: eager's
+    gradient of ``v.as_strided`` reaches ``v``'s elements of the storage, and through ``v``'s
+    view the same elements of the base, which is the base's gradient of ``base.as_strided``."""
     base = getattr(v, "_base", None)
-    return base is not None and base.dtype == v.dtype and not v.requires_grad and not base.requires_grad
+    if base is None or base.dtype != v.dtype:
+        return False
+    if not v.requires_grad and not base.requires_grad:
+        return True
+    if v.requires_grad != base.requires_grad:
+        return False
+    with torch._C.DisableTorchFunction():  # attribute reads, no program ops
+        if torch._C._autograd._get_creation_meta(v) != torch._C._autograd.CreationMeta.DEFAULT:
+            return False  # a multi-output or no_grad view: eager's result inherits its standing
+        try:
+            size = args[0] if args else kwargs["size"]
+            stride = args[1] if len(args) > 1 else kwargs["stride"]
+            offset = args[2] if len(args) > 2 else kwargs.get("storage_offset")
+        except (KeyError, IndexError):
+            return False
+        offset = v.storage_offset() if offset is None else offset
+        wanted = _elements(tuple(size), tuple(stride), offset)
+        own = _elements(tuple(v.shape), tuple(v.stride()), v.storage_offset())
+        whole = _elements(tuple(base.shape), tuple(base.stride()), base.storage_offset())
+        if wanted is None or own is None or whole is None or own[1] or whole[1]:
+            return False
+        return wanted[0] <= own[0]
+
+
+#: above this many elements, a layout's storage offsets are not enumerated
+_ENUMERATION_LIMIT = 1 << 16
+
+
+def _elements(size: tuple, stride: tuple, offset: Any) -> tuple[frozenset[int], bool] | None:
+    """The storage offsets a static layout addresses and whether two of its elements share
+    one; None where a value is symbolic or the layout is too large to enumerate."""
+    if any(type(n) is not int for n in (*size, *stride, offset)):
+        return None
+    numel = 1
+    for n in size:
+        numel *= n
+    if numel > _ENUMERATION_LIMIT:
+        return None
+    offsets = [offset]
+    for n, st in zip(size, stride):
+        offsets = [o + k * st for o in offsets for k in range(n)]
+    found = frozenset(offsets)
+    return found, len(found) < len(offsets)
 
 
 def _squeeze_(x: torch.Tensor, dim: int | tuple[int, ...]) -> torch.Tensor:

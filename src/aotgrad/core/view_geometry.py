@@ -221,6 +221,13 @@ class EagerViewGeometry(TorchFunctionMode):
                 "op on it): its offsets and strides would name other elements. Take as_strided "
                 "before the in-place op, or of a clone()."
             )
+        if name == "as_strided_" and _past_functional_storage(args, kwargs, shadow):
+            raise AotgradCompileError(
+                f"aotgrad: as_strided_ at {current_user_line()} re-strides an input (or a view or "
+                "detach()ed alias of one) onto elements of the caller's storage past the input's "
+                "own extent; functionalization holds only the input's own elements. Use "
+                "as_strided (out of place), or pass the tensor that owns the storage."
+            )
         out = func(*args, **kwargs)
         with torch._C.DisableTorchFunction():  # the attribute reads below are no program ops
             self._follow(func, name, args, kwargs, shadow, out)
@@ -406,6 +413,29 @@ def _autograd_replays(view: FunctionalTensor) -> bool:
     except Exception:  # noqa: BLE001 - no recorded chain: autograd uses the view's own geometry
         return True
     return _geometry(replayed) == view_geometry
+
+
+def _past_functional_storage(args: tuple, kwargs: dict, shadow: torch.Tensor) -> bool:
+    """``args[0].as_strided_(*args[1:], **kwargs)`` (``args[0]`` shadowed by ``shadow``) lays
+    the tensor out past the end of its functional storage but within eager's: functionalization
+    sizes an input's storage by the input's own extent (``x[0]`` of a ``(3,)`` tensor holds one
+    element), eager's is the caller's whole storage. Where eager's is exceeded too, eager
+    raises, and so does the functional op."""
+    t = args[0]
+    try:
+        size = args[1] if len(args) > 1 else kwargs["size"]
+        stride = args[2] if len(args) > 2 else kwargs["stride"]
+        offset = args[3] if len(args) > 3 else kwargs.get("storage_offset")
+    except (KeyError, IndexError):
+        return False
+    with torch._C.DisableTorchFunction():
+        if offset is None:
+            offset = t.storage_offset()
+        values = (*size, *stride, offset, t.untyped_storage().nbytes())
+        if any(not isinstance(v, int) for v in values) or any(n == 0 for n in size) or any(st < 0 for st in stride):
+            return False
+        end = (offset + sum((n - 1) * st for n, st in zip(size, stride)) + 1) * t.element_size()
+        return t.untyped_storage().nbytes() < end <= shadow.untyped_storage().nbytes()
 
 
 def _shadow_args(name: str, args: tuple, kwargs: dict) -> tuple | None:
