@@ -22,7 +22,7 @@ from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch._dispatch.python import enable_python_dispatcher
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch._subclasses.functional_tensor import FunctionalTensorMode
-from torch.fx._lazy_graph_module import _use_lazy_graph_module
+from torch.fx._lazy_graph_module import _LazyGraphModule, _use_lazy_graph_module
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
 from torch.overrides import TorchFunctionMode
 
@@ -146,8 +146,9 @@ def _trace(
 ) -> torch.fx.GraphModule:
     """``fn`` traced over ``args`` into a graph with flat positional placeholders. ``lazy``:
     a graph no compiler is handed (the joint, which the partitioner splits) generates its
-    Python code only when something reads or calls it (torch's ``_LazyGraphModule``).
-    ``pre_dispatch``: ops are recorded above autograd (make_fx's pre-dispatch tracing), grad
+    Python code only when something reads or calls it (torch's ``_LazyGraphModule``);
+    otherwise it is generated here, once (a caller that edits the graph further passes
+    ``lazy`` and forces it after). ``pre_dispatch``: ops are recorded above autograd (make_fx's pre-dispatch tracing), grad
     mode changes as ``torch._C._set_grad_enabled`` nodes; ``fn`` functionalizes at that level."""
     # Inputs that are already plain fake tensors of ``fake_mode`` (static sizes) are traced
     # as they are; make_fx's "fake" mode would convert each one into a new fake tensor first.
@@ -157,7 +158,8 @@ def _trace(
     ) else "fake"
     try:
         dispatcher = enable_python_dispatcher() if pre_dispatch else contextlib.nullcontext()
-        with fake_mode, dispatcher, effects_as_ordered_nodes(), _use_lazy_graph_module(lazy):
+        # lazy in any case: make_fx's own code (pytree signature) would be thrown away below
+        with fake_mode, dispatcher, effects_as_ordered_nodes(), _use_lazy_graph_module(True):
             gm = make_fx(
                 fn, decomposition_table=decompositions or {}, tracing_mode=tracing_mode, pre_dispatch=pre_dispatch
             )(*args)
@@ -169,6 +171,8 @@ def _trace(
     # pytree-flattening signature: compilers and the runtime call graphs with flat args.
     gm.graph._codegen = torch.fx.graph.CodeGen()
     gm.recompile()
+    if not lazy:
+        _LazyGraphModule.force_recompile(gm)
     _refuse_fake_constants(gm)
     return gm
 
@@ -492,10 +496,11 @@ def trace_inference(
         result.extend(from_functional(o) for o in outs[returned.stop:])
         return result
 
-    gm = _trace(inference, tuple(primals), decompositions, fake_mode)
+    gm = _trace(inference, tuple(primals), decompositions, fake_mode, lazy=True)
     # The joint graph is pruned by the partitioner; this one goes to the compiler as is.
     gm.graph.eliminate_dead_code(is_impure_node=_keep_node)
     gm.recompile()
+    _LazyGraphModule.force_recompile(gm)  # its code generated once, for the compiler
     signature.check_forward_graph(gm, saved=False)
     return gm
 
@@ -527,9 +532,10 @@ def trace_pre_dispatch(
             outs = forward(*f_primals)
         return tuple(from_functional(o) for o in outs)  # a tuple, as torch's exported graphs
 
-    gm = _trace(pre_dispatch_forward, tuple(primals), decompositions, fake_mode, pre_dispatch=True)
+    gm = _trace(pre_dispatch_forward, tuple(primals), decompositions, fake_mode, lazy=True, pre_dispatch=True)
     gm.graph.eliminate_dead_code(is_impure_node=_keep_node)
     gm.recompile()
+    _LazyGraphModule.force_recompile(gm)
     analysis.signature.check_forward_graph(gm, saved=False)
     return gm
 
@@ -582,7 +588,7 @@ def analyze_tracing_inference(
         state["graph"] = True
         return [from_functional(o) for o in outs]
 
-    with fake_mode, effects_as_ordered_nodes():
+    with fake_mode, effects_as_ordered_nodes(), _use_lazy_graph_module(True):  # code generated once, below
         gm = make_fx(traced, tracing_mode="real")(*fake_inputs)
     analysis = state["analysis"]
     if not state.get("graph") or _holds_fake_constant(gm):
@@ -590,6 +596,7 @@ def analyze_tracing_inference(
     gm.graph._codegen = torch.fx.graph.CodeGen()
     gm.graph.eliminate_dead_code(is_impure_node=_keep_node)
     gm.recompile()
+    _LazyGraphModule.force_recompile(gm)
     analysis.signature.check_forward_graph(gm, saved=False)
     return analysis, gm
 
