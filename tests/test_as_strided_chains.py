@@ -160,3 +160,38 @@ def test_as_strided_inplace_past_the_storage_raises_as_eager():
         return t * 2
 
     check(f, lambda: (torch.randn(3, 3).diagonal(),))
+
+
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["plain", "grad"])
+def test_as_strided_after_a_write_that_changes_only_size1_strides(requires_grad):
+    """An input written in place whose functional value differs from eager's layout only in
+    the strides of size-1 dims: every element sits at the same offset, so ``as_strided`` of
+    it names the same elements (fuzz seed 401974; refused before)."""
+
+    def f(b):
+        t2 = b.unsqueeze(1)
+        t2.clamp_(-0.5, 0.5)
+        t4 = t2.as_strided((1, 2), (2, 3), 0)
+        return t4 * 1, b
+
+    def make():
+        x = torch.randn(1, 4, 2, requires_grad=requires_grad)
+        return ((x * 1 if requires_grad else x).transpose(0, 1),)
+
+    check(f, make)
+
+
+def test_as_strided_inplace_after_a_write_that_changes_only_size1_strides():
+    """(fuzz seed 402783)"""
+
+    def f(a, c):
+        c.add_(a)
+        c.as_strided_((1, 2), (4, 1), 0)
+        t1 = torch.ones_like(c)
+        c.as_strided_((2, 1), (1, 1), 9)
+        return t1, c, a
+
+    def make():
+        return (torch.randn(2, 1)[0], torch.randn(4, 1, 4).transpose(-1, -2))
+
+    check(f, make)

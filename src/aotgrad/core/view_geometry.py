@@ -101,7 +101,7 @@ class EagerViewGeometry(TorchFunctionMode):
         eager's tensor (an in-place data op replaced it by an out-of-place op's result, laid
         out as that op chose): the graph's value addresses its elements otherwise."""
         shadow = self._root_shadow(t)
-        return shadow is not None and _geometry(shadow) != functional_geometry(t)
+        return shadow is not None and not _same_addressing(_geometry(shadow), functional_geometry(t))
 
     def stale(self, t: torch.Tensor) -> bool:
         """An in-place op changed ``t``'s storage (through another alias, or under no_grad)
@@ -469,7 +469,18 @@ def _relaid_out(t: FunctionalTensor, shadow: torch.Tensor) -> bool:
         if functionalization.get_view_meta_sequence(t.elem):
             return False
         torch._sync(t)
-        return _geometry(torch._from_functional_tensor(t.elem)) != _geometry(shadow)
+        return not _same_addressing(_geometry(torch._from_functional_tensor(t.elem)), _geometry(shadow))
+
+
+def _same_addressing(a: Geometry, b: Geometry) -> bool:
+    """Two layouts of one shape put every element at the same storage offset: only the
+    strides of size-1 dims (never stepped along) may differ, and nothing where it is empty."""
+    (size, stride, offset), (size_b, stride_b, offset_b) = a, b
+    if size != size_b:
+        return False
+    if any(n == 0 for n in size):
+        return True
+    return offset == offset_b and all(n == 1 or st == st_b for n, st, st_b in zip(size, stride, stride_b))
 
 
 @contextlib.contextmanager
