@@ -44,7 +44,6 @@ def _impl():
 # strict-xfail tests (each listed test must fail with exactly its key's signature).
 KNOWN: dict[str, list[str]] = {
     # --- wrong values (outputs, inputs, gradients)
-    "backward.baseN.grad values": ["test_dynamic_view_of_detached_alias_mutated_by_source"],
     "call.output.storage_offset": ["test_dynamic_empty_diagonal_alias_of_intermediate_storage_offset"],
     # --- wrong metadata: aliasing, requires_grad, strides, grad layout
     "backward.baseN.grad.stride": ["test_backward_of_mutated_input_not_traced_unless_needed", "test_grad_strides_of_permuted_input_with_no_grad_metadata_mutation", "test_grad_strides_of_where_on_transposed_input"],

@@ -2639,8 +2639,9 @@ def f(a, b):
     )
 
 
-@XFAIL("dynamic: a view of a detach()ed alias mutated by its requiring-grad source gets wrong gradients (issue 12, class 1)")
 def test_dynamic_view_of_detached_alias_mutated_by_source():
+    """A view of a detach()ed alias mutated by its requiring-grad source (was wrong
+    gradients: the view was rebuilt off the input; now a view of the alias with its history)."""
     check_case(
         impl=harness.aotgrad_dynamic_impl,
         source='''

@@ -625,14 +625,32 @@ def analyze(
         if input_idx is not None:
             output_info.append(OutputInfo(OutputType.is_input, call_input_index=input_idx, **common))
             continue
+        root = o if o._base is None else o._base
         if (
-            storage in input_storages and o._base is None and o.requires_grad and o.grad_fn is not None
+            # (o.grad_fn is not read: a stale view's would be regenerated outside the modes;
+            # requires_grad of a view of a root with history says as much)
+            storage in input_storages and o.requires_grad and common["invalidated"] in (None, "DEFAULT")
+            and not common["no_grad_view"]
+            and root.requires_grad and root.grad_fn is not None and all(root is not f for f in f_inputs)
             and o.dtype == f_inputs[input_storages[storage]].dtype
         ):
-            # a detach()ed alias of an input that an in-place op with an operand requiring
-            # grad gave a history of its own: eager's output is no view and its gradient
-            # goes through that op, not into the input
-            output_info.append(OutputInfo(OutputType.non_alias, storage_of_input=input_storages[storage], **common))
+            # a detach()ed alias of an input (or a view of one) that an in-place op with an
+            # operand requiring grad gave a history of its own: eager's output is no view of
+            # the input and its gradient goes through that op, not into the input
+            root_output = next((k for k in range(len(out_leaves)) if out_leaves[k] is root), None)
+            if root is not o and root_output is not None:
+                # the detached alias is returned too: eager's ``_base`` is that output
+                output_info.append(OutputInfo(
+                    OutputType.alias_of_intermediate_base_is_user_output, base_index=root_output,
+                    view_source=_replayable_on(
+                        relative_view_metas(o, root), root, geometry.geometry(root), geometry.geometry(o), fake_mode,
+                    ),
+                    **common,
+                ))
+                continue
+            output_info.append(OutputInfo(
+                OutputType.non_alias, storage_of_input=input_storages[storage], is_view=o._base is not None, **common
+            ))
             continue
         if storage in input_storages and _through_custom_function(
             o, f_inputs[input_storages[storage]], (fake_mode, mode)
