@@ -540,13 +540,19 @@ def test_input_unused_by_outputs_keeps_grad_none():
     torch.testing.assert_close(leaf_a.grad, torch.full((3,), 2.0))
 
 
-def test_detach_inplace_of_input_is_rejected_clearly():
+def test_detach_inplace_of_input_detaches_the_callers_tensor():
+    # (tests/test_detach_inplace.py has the cases)
     def f(a):
+        y = a * 3
         a.detach_()
-        return a * 2
+        return y, a * 2
 
-    with pytest.raises(aotgrad.AotgradCompileError, match="detached in place"):
-        aotgrad.aot_function(f, nop)(rg(3).mul(1))
+    w = rg(3)
+    a = w.mul(1)
+    y, z = aotgrad.aot_function(f, nop)(a)
+    assert (a.requires_grad, a.is_leaf, z.requires_grad) == (False, True, False)
+    y.sum().backward()
+    torch.testing.assert_close(w.grad, torch.full((3,), 3.0))
 
 
 def test_mutation_through_detached_alias_is_hidden_from_autograd():

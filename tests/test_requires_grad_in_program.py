@@ -273,15 +273,16 @@ def test_view_of_returned_input_view_leaf_is_refused():
         aotgrad.aot_function(f, nop)(torch.randn(3, 3))
 
 
-def test_flag_off_on_an_input_leaf_is_refused_and_changes_nothing():
+def test_flag_off_on_an_input_leaf_detaches_it_as_eager():
+    # (tests/test_detach_inplace.py has more cases)
     def f(a):
+        y = a * 3
         a.requires_grad_(False)
-        return a * 2
+        return y, a * 2
 
     a = torch.randn(3, requires_grad=True)
-    with pytest.raises(AotgradCompileError, match=r"requires_grad_\(False\) on input 0"):
-        aotgrad.aot_function(f, nop)(a)
-    assert a.requires_grad
+    y, z = aotgrad.aot_function(f, nop)(a)
+    assert (a.requires_grad, a.is_leaf, y.requires_grad, z.requires_grad) == (False, True, True, False)
 
 
 def test_flag_off_on_a_non_leaf_input_raises_eagers_error():

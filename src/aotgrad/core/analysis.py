@@ -64,6 +64,13 @@ def _sets_requires_grad(func: Any) -> bool:
     return func is torch._C.TensorBase.requires_grad_ or (
         getattr(func, "__self__", None) is _REQUIRES_GRAD_DESCRIPTOR and getattr(func, "__name__", "") == "__set__"
     )
+#: eager's error for ``detach_()`` of a view (its first sentence; the rest is about DDP)
+_DETACH_VIEW = (
+    "Can't detach views in-place. Use detach() instead. If you are using DistributedDataParallel "
+    "(DDP) for training, and gradient_as_bucket_view is set as True, gradients are views of DDP "
+    "buckets, and hence detach_() cannot be called on these gradients. To fix this error, please "
+    "refer to the Optimizer.zero_grad() function in torch/optim/optimizer.py as the solution."
+)
 _VIEW_OF_LEAF_INPLACE = "a view of a leaf Variable that requires grad is being used in an in-place operation."
 
 
@@ -165,11 +172,43 @@ _ADDRESSES_INPUT_STORAGE = frozenset({"as_strided"})
 #: in-place-named methods that write no tensor data
 _NOT_WRITING_INPLACE = frozenset({"requires_grad_", "share_memory_", "detach_", "retain_grad_", "set_"})
 
+#: above this many elements, a layout the quick test cannot clear is not enumerated
+_OVERLAP_ENUMERATION_LIMIT = 1 << 16
+
+
 def _is_write(name: str) -> bool:
     """An in-place method name: ``add_``, ``__setitem__``, ``__iadd__``..."""
     if name.endswith("__"):
         return name == "__setitem__" or name.startswith("__i")
     return name.endswith("_")
+
+
+def overlaps_itself(size: tuple[int, ...], stride: tuple[int, ...]) -> bool:
+    """True when two elements of a strided layout share a memory location.
+
+    Quick test first (each stride, in ascending order, past the extent of the smaller ones:
+    no overlap); else the offsets are enumerated for small tensors. A large layout the quick
+    test cannot clear is reported as not overlapping (as eager's own check says "too hard").
+    """
+    dims = sorted((st, sz) for sz, st in zip(size, stride) if sz > 1)
+    if any(st == 0 for st, _ in dims):
+        return True
+    extent = 0
+    for st, sz in dims:
+        if st <= extent:
+            break
+        extent += (sz - 1) * st
+    else:
+        return False
+    numel = 1
+    for _, sz in dims:
+        numel *= sz
+    if numel > _OVERLAP_ENUMERATION_LIMIT:
+        return False
+    offsets = {0}
+    for st, sz in dims:
+        offsets = {o + k * st for o in offsets for k in range(sz)}
+    return len(offsets) < numel
 
 
 def _restrides_within(v: torch.Tensor, args: tuple, kwargs: dict) -> bool:
@@ -227,12 +266,22 @@ class _EagerChecks(TorchFunctionMode):
         self.new_leaves: list[tuple[torch.Tensor, str]] = []
         #: ids of the functional inputs that stand for views of leaves requiring grad
         self.leaf_view_inputs: frozenset[int] = frozenset()
+        #: storages of inputs whose elements overlap in memory (expanded), to the input
+        self.overlapping_inputs: dict[StorageWeakRef, int] = {}
         #: graph input → (its entry geometry, the line) of an in-place metadata op on it under
         #: no_grad while it requires grad
         self.restrided_under_no_grad: dict[int, tuple[tuple, str]] = {}
         #: graph input → (that op's line, the line) of its first use with grad recording in a
         #: geometry other than its entry one, after that op (see :func:`analyze`)
         self.used_after_no_grad_restride: dict[int, tuple[str, str]] = {}
+        #: graph inputs whose caller's tensor is an autograd view (eager refuses ``detach_()``)
+        self.view_inputs: frozenset[int] = frozenset()
+        #: graph inputs requiring grad that the program detaches in place → the user line
+        self.detached_inputs: dict[int, str] = {}
+        #: per graph input, its functional tensor's grad_fn before the program runs
+        self.initial_grad_fns: list[Any] = []
+        #: graph input detached in place → autograd's next node sequence number then
+        self.detached_at: dict[int, int] = {}
 
     def _requires_grad(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """``t.requires_grad_(value)`` / ``t.requires_grad = value``: recorded (an input the
@@ -253,23 +302,45 @@ class _EagerChecks(TorchFunctionMode):
         i = self.input_index.get(id(t))
         if i is not None:
             if value and not t.requires_grad:
+                if i in self.detached_inputs:
+                    raise AotgradCompileError(
+                        f"aotgrad: input {i} is detached in place ({self.detached_inputs[i]}) and then "
+                        f"made to require grad again (requires_grad_() at {current_user_line()}); this "
+                        "is not supported. Use x.detach().requires_grad_() inside the function."
+                    )
                 self.inputs_set_requiring_grad.setdefault(i, current_user_line())
             elif not value and t.requires_grad:
                 if id(t) not in self.leaf_inputs:
                     raise RuntimeError(_NOT_A_LEAF_FLAG)  # eager's error: the input is no leaf
-                raise AotgradCompileError(
-                    f"aotgrad: requires_grad_(False) on input {i}, a leaf that requires grad, at "
-                    f"{current_user_line()}: eager turns autograd off for the caller's tensor in the "
-                    "middle of the program (what it computed from the input before still reaches its "
-                    ".grad), which a compiled graph cannot reproduce. Use x.detach() inside the "
-                    "function, or call requires_grad_(False) before calling it."
-                )
+                # on a leaf, eager's requires_grad_(False) is detach_() (the functional
+                # tensor standing for it is no leaf: it would refuse requires_grad_(False))
+                self._detaches(i, t)
+                t.detach_()
+                return t if func is torch._C.TensorBase.requires_grad_ else None
             return func(*args, **kwargs)
         new_leaf = value and not t.requires_grad and t.grad_fn is None
         out = func(*args, **kwargs)
         if new_leaf:
             self.new_leaves.append((t, current_user_line()))
         return out
+
+    def _detaches(self, i: int, t: FunctionalTensor) -> None:
+        """Input ``i`` (``t``), requiring grad, detached in place: eager's error where the
+        caller's tensor is a view; else recorded (``InputInfo.detached_in_place``)."""
+        if t.grad_fn is not self.initial_grad_fns[i] and id(t) in self.leaf_inputs | self.leaf_view_inputs:
+            # autograd recorded a write into it before: eager's error at that write (its
+            # record is gone after the detach, so the check after the run cannot see it)
+            raise RuntimeError(_LEAF_INPLACE if id(t) in self.leaf_inputs else _VIEW_OF_LEAF_INPLACE)
+        if i in self.view_inputs:
+            raise RuntimeError(_DETACH_VIEW)
+        if i in self.inputs_set_requiring_grad:
+            raise AotgradCompileError(
+                f"aotgrad: input {i} is made to require grad ({self.inputs_set_requiring_grad[i]}) and "
+                f"then detached in place at {current_user_line()}; this is not supported. Use "
+                "x.detach() inside the function."
+            )
+        self.detached_inputs.setdefault(i, current_user_line())
+        self.detached_at.setdefault(i, torch._C._autograd._get_sequence_nr())
 
     def _views_a_leaf(self, t: Any) -> bool:
         """``t`` is, in eager, a view of a leaf that requires grad: an input that is one, or a
@@ -325,11 +396,17 @@ class _EagerChecks(TorchFunctionMode):
             name in _METADATA_INPLACE
             and args
             and id(args[0]) in self.leaf_inputs
+            and args[0].requires_grad  # (not once detached in place)
             and torch.is_grad_enabled()
         ):
             raise RuntimeError(_LEAF_INPLACE)
         if name in _METADATA_INPLACE and args and torch.is_grad_enabled() and self._views_a_leaf(args[0]):
             raise RuntimeError(_VIEW_OF_LEAF_INPLACE)
+        if name == "detach_" and args and (i := self.input_index.get(id(args[0]))) is not None:
+            if args[0].requires_grad:
+                self._detaches(i, args[0])
+            elif i in self.view_inputs:
+                raise RuntimeError(_DETACH_VIEW)  # eager refuses it on any view
         if self.input_index and args:
             self._note_no_grad_restride(name, args)
         if name in _ADDRESSES_INPUT_STORAGE and args and isinstance(args[0], FunctionalTensor):
@@ -360,8 +437,31 @@ class _EagerChecks(TorchFunctionMode):
                 "would change other elements than eager. Use as_strided (out of place) of the base, "
                 "or clone() first."
             )
-        # (writes through memory that overlaps itself are rewritten or refused before they
-        # get here: core/overlapping_writes.py, through EagerRewrites)
+        if (
+            _is_write(name)
+            and name not in _METADATA_INPLACE
+            and name not in _NOT_WRITING_INPLACE
+            and args
+            and isinstance(args[0], FunctionalTensor)
+            and overlaps_itself(tuple(args[0].shape), tuple(args[0].stride()))
+        ):
+            raise AotgradCompileError(
+                f"aotgrad: in-place {name} on a tensor whose elements overlap in memory (an "
+                f"expanded view, say) at {current_user_line()}: functionalization cannot express "
+                "a write through memory that overlaps itself. Write into a contiguous tensor "
+                "(e.g. .contiguous() or clone()) instead."
+            )
+        if (
+            self.overlapping_inputs
+            and isinstance(written, FunctionalTensor)
+            and (i := self.overlapping_inputs.get(StorageWeakRef(written.untyped_storage()))) is not None
+        ):
+            raise AotgradCompileError(
+                f"aotgrad: in-place {name} at {current_user_line()} writes into input {i}, whose "
+                "elements overlap in memory (an expanded tensor): eager's write reaches every element "
+                "sharing that memory, the input's written-back value would not. Pass a contiguous "
+                "input (e.g. .contiguous() or clone()), or write out of place."
+            )
         for t in pytree.tree_leaves((args, kwargs)):
             if (
                 isinstance(t, torch.Tensor)
@@ -427,11 +527,19 @@ def analyze(
         },
     )
     checks.input_index = {id(f): i for i, f in enumerate(f_inputs) if isinstance(f, torch.Tensor)}
+    checks.initial_grad_fns = grad_fns_before
     checks.input_is_leaf = {i: t.is_leaf for i, t in enumerate(fake_inputs) if isinstance(t, torch.Tensor)}
+    checks.view_inputs = frozenset(
+        i for i, t in enumerate(fake_inputs) if isinstance(t, torch.Tensor) and t._base is not None
+    )
     checks.leaf_view_inputs = frozenset(
         id(f) for f, t in zip(f_inputs, fake_inputs)
         if isinstance(t, torch.Tensor) and t.requires_grad and t._base is not None and t._base.is_leaf
     )
+    checks.overlapping_inputs = {
+        StorageWeakRef(f.untyped_storage()): i for i, f in enumerate(f_inputs)
+        if isinstance(f, torch.Tensor) and overlaps_itself(tuple(f.shape), tuple(f.stride()))
+    }
     geometry = EagerViewGeometry(
         [(f, t) for f, t in zip(f_inputs, fake_inputs) if isinstance(t, torch.Tensor)]
     )
@@ -464,7 +572,7 @@ def analyze(
         under_no_grad = torch._functionalize_are_all_mutations_under_no_grad_or_inference_mode(
             f.elem
         )
-        if fake.requires_grad and not f.requires_grad:
+        if fake.requires_grad and not f.requires_grad and i not in checks.detached_inputs:
             raise AotgradCompileError(
                 f"aotgrad: input {i} is detached in place (detach_()/requires_grad_(False)); "
                 "this is not supported. Detach it before the call, or use .detach()."
@@ -485,8 +593,9 @@ def analyze(
                 "supported. Call requires_grad_() before calling the function, or clone() the input."
             )
         # Autograd saw a data mutation exactly when it gave the input a new grad_fn: one
-        # under no_grad, or through a detach()ed alias, leaves it as it was.
-        visible = data and not under_no_grad and f.grad_fn is not grad_fns_before[i]
+        # under no_grad, or through a detach()ed alias, leaves it as it was. An input detached
+        # in place ends without history whatever autograd saw before (see _detaches).
+        visible = data and not under_no_grad and f.grad_fn is not grad_fns_before[i] and i not in checks.detached_inputs
         input_info.append(
             InputInfo(
                 mutates_data=data,
@@ -497,6 +606,7 @@ def analyze(
                 new_view=geometry.geometry(f) if meta else None,
                 addresses_storage=i in checks.storage_addressed,
                 sets_requires_grad=i in checks.inputs_set_requiring_grad,
+                detached_in_place=i in checks.detached_inputs,
             )
         )
         input_storages.setdefault(StorageWeakRef(f.untyped_storage()), i)
@@ -564,32 +674,14 @@ def analyze(
         if input_idx is not None:
             output_info.append(OutputInfo(OutputType.is_input, call_input_index=input_idx, **common))
             continue
-        root = o if o._base is None else o._base
         if (
-            # (o.grad_fn is not read: a stale view's would be regenerated outside the modes;
-            # requires_grad of a view of a root with history says as much)
-            storage in input_storages and o.requires_grad and common["invalidated"] in (None, "DEFAULT")
-            and not common["no_grad_view"]
-            and root.requires_grad and root.grad_fn is not None and all(root is not f for f in f_inputs)
+            storage in input_storages and o._base is None and o.requires_grad and o.grad_fn is not None
             and o.dtype == f_inputs[input_storages[storage]].dtype
         ):
-            # a detach()ed alias of an input (or a view of one) that an in-place op with an
-            # operand requiring grad gave a history of its own: eager's output is no view of
-            # the input and its gradient goes through that op, not into the input
-            root_output = next((k for k in range(len(out_leaves)) if out_leaves[k] is root), None)
-            if root is not o and root_output is not None:
-                # the detached alias is returned too: eager's ``_base`` is that output
-                output_info.append(OutputInfo(
-                    OutputType.alias_of_intermediate_base_is_user_output, base_index=root_output,
-                    view_source=_replayable_on(
-                        relative_view_metas(o, root), root, geometry.geometry(root), geometry.geometry(o), fake_mode,
-                    ),
-                    **common,
-                ))
-                continue
-            output_info.append(OutputInfo(
-                OutputType.non_alias, storage_of_input=input_storages[storage], is_view=o._base is not None, **common
-            ))
+            # a detach()ed alias of an input that an in-place op with an operand requiring
+            # grad gave a history of its own: eager's output is no view and its gradient
+            # goes through that op, not into the input
+            output_info.append(OutputInfo(OutputType.non_alias, storage_of_input=input_storages[storage], **common))
             continue
         if storage in input_storages and _through_custom_function(
             o, f_inputs[input_storages[storage]], (fake_mode, mode)
@@ -706,7 +798,7 @@ def analyze(
         with fake_mode, mode:
             eager_saved = find_eager_saved(
                 [(p, t) for p, t in enumerate(fw_functional) if getattr(t, "requires_grad", False)],
-                f_inputs, fw_functional, grad_fns_before,
+                f_inputs, fw_functional, grad_fns_before, _detached_non_leaves(checks, fake_inputs),
             )
         if eager_saved is not None:
             metadata = dataclasses.replace(metadata, eager_saved=eager_saved)
@@ -714,6 +806,14 @@ def analyze(
     signature = forward_outputs.with_tangents(metadata, [v.dtype for v in fw_values])
     subclasses = tuple(_subclass_structure(v) for v in fw_values)
     return Analysis(metadata, out_spec, tuple(base_sources), avals, signature, subclasses)
+
+
+def _detached_non_leaves(checks: _EagerChecks, fake_inputs: list[Any]) -> dict[int, int]:
+    """Graph inputs that are no leaves in the caller and that the program detaches in place
+    → autograd's next sequence number at the detach (``find_eager_saved``'s
+    ``detached_non_leaves``). (A leaf saved before its detach is checked as eager checks it:
+    by its version.)"""
+    return {i: at for i, at in checks.detached_at.items() if not fake_inputs[i].is_leaf}
 
 
 def _detached_input_alias(t: Any, f_inputs: list[Any], input_storages: dict[StorageWeakRef, int]) -> bool:

@@ -80,6 +80,11 @@ class InputInfo:
     #: input, which did not require grad: the caller's tensor requires grad after the call,
     #: and what the program computes from it afterwards is differentiated with respect to it
     sets_requires_grad: bool = False
+    #: the program detaches this input, which requires grad, in place (``detach_()``, or
+    #: ``requires_grad_(False)`` on a leaf): what it computed from the input before records
+    #: history, nothing after; the runtime detaches the caller's tensor once the forward and
+    #: the write backs are done, before rebuilding the aliases of it that do not require grad
+    detached_in_place: bool = False
 
     @property
     def mutated(self) -> bool:
@@ -214,6 +219,11 @@ class ViewAndMutationMetadata:
     def sets_requires_grad(self) -> tuple[int, ...]:
         """Graph inputs the program makes require grad (``requires_grad_()``)."""
         return tuple(i for i, x in enumerate(self.input_info) if x.sets_requires_grad)
+
+    @property
+    def detached_in_place(self) -> tuple[int, ...]:
+        """Graph inputs the program detaches in place (``detach_()``)."""
+        return tuple(i for i, x in enumerate(self.input_info) if x.detached_in_place)
 
     @staticmethod
     def build(

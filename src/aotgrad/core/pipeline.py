@@ -282,6 +282,12 @@ def _analyze_call(
             "grad (requires_grad_()) while mutating an input that shares its storage; this is not "
             "supported. Call requires_grad_() before calling the function."
         )
+    if call_analysis.metadata.detached_in_place:
+        raise AotgradCompileError(
+            f"aotgrad: the program detaches input {call_analysis.metadata.detached_in_place[0]} in place "
+            "(detach_()/requires_grad_(False)) while mutating an input that shares its storage; this "
+            "is not supported. Detach it before calling the function, or use x.detach()."
+        )
     if symbolic is not None:
         raise _NeedsStaticTrace("aliased inputs of which one is mutated need synthetic bases")
     if holds_subclass(call_inputs[:n]):

@@ -193,7 +193,23 @@ class OutputBuilder:
         # an output rebuilt off another user output ("alias_user", "same") comes after it
         # (a view of a detach()ed input alias returned after it, and that view returned twice)
         aliases = [(j, *p) for j, p in enumerate(plan) if p[0] not in ("out", "input", "const")]
-        self.aliases = tuple(sorted(aliases, key=lambda a: _build_depth(plan, a[0])))
+        #: graph inputs the program detaches in place (``InputInfo.detached_in_place``): the
+        #: caller's tensors are detached once the aliases requiring grad are rebuilt (eager
+        #: made them before its ``detach_()``), before those that do not (made after it)
+        self.detached_inputs = metadata.detached_in_place
+
+        def made_after_detach(j: int) -> bool:
+            kind, idx, info = plan[j]
+            if kind == "same":
+                return made_after_detach(idx)
+            return kind in ("alias_input", "alias_user") and not info.requires_grad or (
+                kind == "alias_user" and made_after_detach(idx)
+            )
+
+        after = {a[0] for a in aliases if self.detached_inputs and made_after_detach(a[0])}
+        self.aliases = tuple(sorted(aliases, key=lambda a: (a[0] in after, _build_depth(plan, a[0]))))
+        #: how many of :attr:`aliases` are rebuilt before the detach
+        self.before_detach = len(aliases) - len(after)
         #: forward-output positions of intermediate bases the program made new autograd leaves
         self.leaf_bases = tuple(
             first_base + k for k, leaf in enumerate(metadata.intermediate_base_new_leaf)
@@ -201,7 +217,9 @@ class OutputBuilder:
         )
         self.user_slice = signature.user_output_slice
         #: outputs are exactly a slice of the forward outputs
-        self.is_slice = all(k == "out" for k, _, _ in plan) and not self.leaf_bases and not slot_bases
+        self.is_slice = (
+            all(k == "out" for k, _, _ in plan) and not self.leaf_bases and not slot_bases and not self.detached_inputs
+        )
         self.out_spec = out_spec
         if out_spec.is_leaf():
             self.pack = lambda r: r[0]
@@ -244,6 +262,8 @@ class OutputBuilder:
                 result[j] = constants[c]
                 c += 1
         for k, (j, kind, idx, info) in enumerate(self.aliases):
+            if k == self.before_detach:
+                _detach_inputs(call_inputs, self.detached_inputs)
             where = None if geometry is None else geometry[k]
             if kind == "alias_fw":
                 result[j] = regenerate_alias(_unwrap(fw_outs[idx]), info, where)
@@ -265,7 +285,17 @@ class OutputBuilder:
                 continue
             if info.new_leaf:
                 result[j] = _alias_requiring_grad(result[j], info.new_leaf)
+        if self.before_detach == len(self.aliases):
+            _detach_inputs(call_inputs, self.detached_inputs)
         return self.pack(result)
+
+
+def _detach_inputs(call_inputs: Any, indices: tuple[int, ...]) -> None:
+    """The program's ``detach_()`` of these inputs, on the caller's tensors: they become
+    leaves that do not require grad; what the compiled forward computed from them keeps
+    its history (a leaf's gradient is dropped by its AccumulateGrad, as in eager)."""
+    for i in indices:
+        call_inputs[i].detach_()
 
 
 def _build_depth(plan: list[tuple[str, int, Any]], j: int) -> int:
@@ -282,37 +312,21 @@ def _build_depth(plan: list[tuple[str, int, Any]], j: int) -> int:
 def _detached_alias_with_history(real: torch.Tensor, value: torch.Tensor, info: OutputInfo, geometry: tuple | None) -> torch.Tensor:
     """Eager's output that an in-place op with an operand requiring grad made of a
     ``detach()``ed alias of ``real`` (``OutputInfo.storage_of_input``): ``real``'s storage
-    in eager's geometry, with its own autograd history: no view, or (``is_view``) a view of
-    a fresh detached alias of ``real``. The write back already put
+    in eager's geometry, no view, with its own autograd history. The write back already put
     the new data there; the graph's value (the same data, with the compiled forward's history)
     is copied in with grad enabled, so the alias's grad_fn leads into the compiled backward,
     and the version counter is set back (one in-place op in eager, one write back here)."""
-    root = out = real.detach()
-    where = (info.size, info.stride, info.storage_offset) if geometry is None else geometry
-    version = root._version
-    stale = info.is_view and info.invalidated == "DEFAULT"
-    if stale:
-        # eager's view was taken before the in-place op gave its base a history: it has no
-        # grad_fn of its own and is stale (regenerated off the base on the first read of its
-        # grad_fn; an in-place op on it before that read raises as on a leaf). So it is made
-        # before the history, at another version than the storage's after the call.
-        _set_version_counter((root,), (version - 1 if version else version + 1,))
-        try:
-            out = root.as_strided(*where)
-        finally:
-            _set_version_counter((root,), (version,))
-    # eager's output views the detached alias (its ``_base``), not the input
-    target = root.as_strided(*where) if info.is_view else out
-    if not info.is_view:
-        _restride_to_output(out, info, geometry)
+    out = real.detach()
+    _restride_to_output(out, info, geometry)
+    version = out._version
     prev = torch.is_grad_enabled()
     _set_grad_enabled(True)
     try:
-        target.copy_(value)
+        out.copy_(value)
     finally:
         _set_grad_enabled(prev)
-    _set_version_counter((root,), (version,))
-    return target if info.is_view and not stale else out
+    _set_version_counter((out,), (version,))
+    return out
 
 
 def _unwrap(x: Any) -> Any:

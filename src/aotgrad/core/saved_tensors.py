@@ -31,7 +31,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 __all__ = [
     "EagerSavedTensor", "EagerSavedTensors", "SavedVersions", "check_saved_versions", "find_eager_saved",
-    "note_backward_error", "versions_unchecked",
+    "versions_unchecked",
 ]
 
 _MODIFIED = "one of the variables needed for gradient computation has been modified by an inplace operation"
@@ -77,6 +77,14 @@ def _saved_attribute_names(node_type: type) -> tuple[str, ...]:
     return tuple(a for a in dir(node_type) if a.startswith("_saved_"))
 
 
+#: eager's error unpacking a saved tensor that was a non-leaf input of its node and has since
+#: been detached in place (SavedVariable::unpack)
+DETACHED_SAVED = (
+    "Trying to use a saved tensor that has been detached in-place, i.e. with .detach_().This is not "
+    "supported, please use out-of-place `.detach()` instead"
+)
+
+
 def _saved_values(node: Any) -> Iterable[tuple[Any, BaseException | None]]:
     """``(saved value, None)`` per tensor ``node`` saved, or ``(None, error)`` where eager's
     unpacking raises (the tensor changed since it was saved)."""
@@ -96,22 +104,9 @@ def _saved_values(node: Any) -> Iterable[tuple[Any, BaseException | None]]:
                 yield v, None
 
 
-#: the key, in an autograd node's ``metadata``, of eager's error where eager's backward raises
-#: at the node the program's rewritten op made in its stead (:func:`note_backward_error`)
-_BACKWARD_ERROR = "aotgrad.eager_backward_error"
-
-
-def note_backward_error(node: Any, message: str) -> None:
-    """Eager's backward raises ``message`` where it reaches the op that made ``node`` (a
-    rewritten op's node, core/overlapping_writes.py): :func:`find_eager_saved` records it as
-    an entry the backward refuses, as a saved tensor the program changed."""
-    node.metadata[_BACKWARD_ERROR] = message
-
-
-def _noted_error(node: Any) -> str | None:
-    if type(node).__name__ != "WhereBackward0":  # the only node noted (no metadata made elsewhere)
-        return None
-    return node.metadata.get(_BACKWARD_ERROR)
+def _op_name(node: Any) -> str:
+    """An autograd node's forward op as eager's version error names it (``Cos``)."""
+    return re.sub(r"Backward\d*$", "", node.name())
 
 
 def _describe(t: torch.Tensor) -> str:
@@ -128,12 +123,17 @@ def find_eager_saved(
     graph_inputs: Sequence[Any],
     forward_outputs: Sequence[Any],
     input_nodes: Iterable[Any],
+    detached_non_leaves: dict[int, int] | None = None,
 ) -> EagerSavedTensors | None:
     """Walk eager's autograd graph, as the analysis run recorded it, from the forward
     outputs ``roots`` (``(position, tensor)``) down to the graph inputs' own nodes
     ``input_nodes`` (and leaves), and collect the saved tensors the backward must check
     (see the module docstring). Run under the analysis's fake and functional modes.
+    ``detached_non_leaves``: graph inputs that are no leaves in the caller and that the
+    program detaches in place → autograd's next sequence number at the detach: eager's
+    backward refuses each of them saved (as an input of its node) before then.
     None when there are none."""
+    detached_non_leaves = detached_non_leaves or {}
     stop = {n for n in input_nodes if n is not None}
     reached: dict[Any, set[int]] = {}
     for position, t in roots:
@@ -159,10 +159,18 @@ def find_eager_saved(
     witnesses: list[tuple[bool, int]] = []
     entries: list[tuple[int, EagerSavedTensor]] = []
     for node, positions in reached.items():
-        if (noted := _noted_error(node)) is not None:
-            entries.append((node._sequence_nr(), EagerSavedTensor("", noted, -1, frozenset(positions))))
         for value, error in _saved_values(node):
-            if error is not None:
+            if any(
+                node._sequence_nr() < at and (
+                    value is graph_inputs[i] if error is None
+                    # changed too: eager's unpacking refuses the detach first (the detached
+                    # input unpacks as an output of the node itself, so the message says)
+                    else f"{list(graph_inputs[i].shape)}], which is output 0 of {_op_name(node)}," in str(error)
+                )
+                for i, at in detached_non_leaves.items()
+            ):
+                entry = EagerSavedTensor("", DETACHED_SAVED, -1, frozenset(positions))
+            elif error is not None:
                 # a graph input's fake autograd history is no user's: eager names the
                 # caller's grad_fn there, which this message leaves out
                 message = re.sub(r", which is output \d+ of torch::autograd::Error,", "", str(error))
@@ -191,12 +199,12 @@ def _same(t: Any) -> Any:
     return t
 
 
-def versions_unchecked(checked: EagerSavedTensors | None) -> contextlib.AbstractContextManager:
-    """Where the program changes a tensor eager saved after saving it, the trace's own
-    autograd must still differentiate it (the runtime's backward raises eager's error before
-    that gradient is used): saved-tensor hooks that pass the tensor through turn autograd's
-    version check off. Elsewhere a no-op."""
-    if checked is None or not checked.changed_by_program:
+def versions_unchecked(checked: EagerSavedTensors | None, force: bool = False) -> contextlib.AbstractContextManager:
+    """Where the program changes a tensor eager saved after saving it (or, ``force``, detaches
+    it in place), the trace's own autograd must still differentiate it (the runtime's
+    backward raises eager's error before that gradient is used): saved-tensor hooks that
+    pass the tensor through turn autograd's unpacking checks off. Elsewhere a no-op."""
+    if not force and (checked is None or not checked.changed_by_program):
         return contextlib.nullcontext()
     return torch.autograd.graph.saved_tensors_hooks(_same, _same)
 

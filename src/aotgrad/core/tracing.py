@@ -27,9 +27,8 @@ from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
 from torch.overrides import TorchFunctionMode
 
 from ..errors import AotgradCompileError, compile_error_from
-from .analysis import Analysis, _sets_requires_grad, from_functional, to_functional
+from .analysis import Analysis, _sets_requires_grad, from_functional, overlaps_itself, to_functional
 from .eager_rewrites import EagerRewrites
-from .overlapping_writes import overlaps_itself
 from .saved_tensors import versions_unchecked
 from .effects import effects_as_ordered_nodes, is_effectful
 from .provenance import backward_stack_traces
@@ -73,8 +72,11 @@ def _functional_forward(
                 geometry_changes = info.mutates_metadata and info.new_view != (
                     tuple(x.shape), tuple(x.stride()), x.storage_offset()
                 )
-                if protect_mutated_inputs and info.mutates_data and x.requires_grad:
-                    inputs[i] = originals[i] = _clone_keeping_strides(x)
+                if protect_mutated_inputs and (info.mutates_data or info.detached_in_place) and x.requires_grad:
+                    inputs[i] = _clone_keeping_strides(x)
+                    if not info.mutates_data:
+                        continue  # detached in place (below); the clone absorbs the metadata changes
+                    originals[i] = inputs[i]
                     if geometry_changes:
                         # No view alias of the clone here: autograd's view replay does not follow
                         # an in-place view op (t_) applied to a view, so a later write through
@@ -87,7 +89,18 @@ def _functional_forward(
                     # alias, not view(shape): view recomputes the strides of size-1 dims, and
                     # the program's stride-following ops (ones_like, clone) would see others
                     inputs[i] = torch.ops.aten.alias.default(inputs[i])
-        out_leaves, _ = program(*inputs)
+            for i in md.detached_in_place:
+                # The program's detach_() of the input resets the history of a copy with a
+                # grad_fn (the graph input, a leaf, must keep requiring grad for autograd.grad),
+                # so what it computed before still reaches the input, nothing after does.
+                # (a mutated one was cloned above)
+                if protect_mutated_inputs and i not in signature.mutated_inputs and inputs[i].requires_grad:
+                    inputs[i] = _clone_keeping_strides(inputs[i])
+        detaches = InPlaceDetaches({id(inputs[i]) for i in md.detached_in_place}) if (
+            md.detached_in_place or signature.mutated_inputs
+        ) else contextlib.nullcontext()
+        with detaches:
+            out_leaves, _ = program(*inputs)
         for i, (size, stride, offset) in entry_geometry.items():
             originals[i] = _in_geometry(inputs[i], size, stride, offset)
         bases = [out_leaves[j]._base for j in analysis.intermediate_base_sources]
@@ -260,7 +273,9 @@ def trace_joint(
     )
 
     def joint(primals: list, tangents: list) -> list:
-        unchecked = versions_unchecked(md.eager_saved)
+        # (an input detached in place after autograd saved it: the analysis holds eager's
+        # errors for it, the trace's own unpacking would refuse it)
+        unchecked = versions_unchecked(md.eager_saved, force=bool(md.detached_in_place))
         mode = FunctionalTensorMode()
         with mode:
             f_primals = [to_functional(p) for p in primals]
@@ -388,6 +403,29 @@ class NewLeaves(TorchFunctionMode):
         if new:
             self.made.append(t)
         return out
+
+
+class InPlaceDetaches(TorchFunctionMode):
+    """While the traced program runs: its ``requires_grad_(False)`` of an input (a leaf in
+    eager; here a copy with a grad_fn, see :func:`_functional_forward`) is ``detach_()``, which
+    is what it does to a leaf; and ``detach_()`` of a tensor that requires no grad changes
+    nothing autograd sees (eager's error on a view was raised by the analysis), so it is
+    skipped: the input may be a view alias absorbing its metadata changes here."""
+
+    def __init__(self, detached: set[int]) -> None:
+        super().__init__()
+        self._detached = detached
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func is torch.Tensor.detach_ and not args[0].requires_grad:
+            return args[0]
+        if _sets_requires_grad(func) and id(args[0]) in self._detached:
+            value = bool(args[1]) if len(args) > 1 else bool(kwargs.get("requires_grad", True))
+            if not value and args[0].requires_grad:
+                args[0].detach_()
+                return None if func is not torch._C.TensorBase.requires_grad_ else args[0]
+        return func(*args, **kwargs)
 
 
 class NoGradMarks(TorchFunctionMode):
