@@ -387,3 +387,56 @@ def test_concurrent_writers_under_a_small_bound(tmp_path):
     left = entries(tmp_path / "bounded")
     assert left and sum(p.stat().st_size for p in left) <= limit
     assert not list((tmp_path / "bounded").rglob(".tmp-*"))
+
+
+def _hit(fn, tmp_path, debug_log):
+    """A cold compile that stores ``fn``'s entry, then a hit on it: the hit's entry."""
+    _call(aotgrad.aot_function(fn, compilers.nop, cache=tmp_path))
+    debug_log.clear()
+    hit = aotgrad.aot_function(fn, compilers.nop, cache=tmp_path)
+    _call(hit)
+    assert _loads(debug_log) == 1
+    return hit.entries[0]
+
+
+def test_stored_code_is_the_code_of_the_loaded_nodes(tmp_path, debug_log):
+    # a hit's graphs run the code stored with them (not generated again): it must be what
+    # the loaded nodes generate, and an edit of the graph must still take effect
+    entry = _hit(_compiled_sin_mul(), tmp_path, debug_log)
+    for gm in entry.graphs.values():
+        stored = gm.code
+        gm.recompile()
+        assert gm.code == stored
+    fw = entry.graphs["forward"]
+    (mul,) = [n for n in fw.graph.nodes if n.target is torch.ops.aten.mul.Tensor]
+    mul.target = torch.ops.aten.add.Tensor
+    fw.recompile()
+    assert "aten.add.Tensor" in fw.code and "aten.mul.Tensor" not in fw.code
+
+
+def test_shared_fake_values_load_as_one_object(tmp_path, debug_log):
+    # a fake value the graphs' metadata holds in more than one place comes back as one
+    # object, as in the cold compile
+    def cold_ids(graphs):
+        return {
+            (name, n.name, k): id(v)
+            for name, gm in graphs.items() for n in gm.graph.nodes
+            for k, v in enumerate(torch.utils._pytree.tree_leaves(dict(n.meta)))
+            if isinstance(v, torch.Tensor)
+        }
+
+    fn = _compiled_sin_mul()
+    cold = aotgrad.aot_function(fn, compilers.nop, cache=tmp_path)
+    _call(cold)
+    cold_shared = cold_ids(cold.entries[0].graphs)
+    hit_shared = cold_ids(_hit(fn, tmp_path, debug_log).graphs)
+    assert hit_shared.keys() == cold_shared.keys()
+
+    def partition(ids):
+        groups = {}
+        for k, i in ids.items():
+            groups.setdefault(i, set()).add(k)
+        return sorted(sorted(g) for g in groups.values())
+
+    assert partition(hit_shared) == partition(cold_shared)
+    assert any(len(g) > 1 for g in partition(cold_shared))

@@ -19,6 +19,7 @@ import warnings
 from typing import Any, Callable, Sequence
 
 import torch
+from aotgrad.core.overlapping_writes import Overlap, overlap_of
 
 from .harness import Case, build_inputs
 
@@ -560,6 +561,14 @@ class _Gen:
         if x is None:
             return False
         xv = self.env[x]
+        if _order_dependent(xv):
+            # only writes whose value is the same for every element sharing a location
+            if ch.flip(0.15) and xv.dim() >= 1 and xv.shape[0] >= 1:
+                return self.emit(f"{x}[{ch.choice(['0', '1:', '::2'])}] = 1.0")
+            ops = [f"{x}.zero_()", f"{x}.fill_(0.5)"]
+            if not xv.requires_grad:  # (eager's gradient of masked_fill_ there is its loop order's)
+                ops.append(f"{x}.masked_fill_({x} > 0, 0.0)")
+            return self.emit(ch.choice(ops))
         if ch.flip(0.4):
             ys = [
                 y
@@ -685,7 +694,7 @@ class _Gen:
                 then_e, else_e = f"{x}{ch.choice(unary)}", f"{x}{ch.choice(unary)}"
             if name == "opt" and value is not None and ch.flip(0.5):
                 else_e = f"{x} * opt"
-            if ch.flip(0.3):  # a conditional in-place op, no else
+            if ch.flip(0.3) and not _order_dependent(self.env[x]):  # a conditional in-place op, no else
                 text = f"{x}.mul_(2)"
                 lines = [(0, f"if {cond}:"), (1, text)]
                 run = text if taken else "pass"
@@ -711,11 +720,11 @@ class _Gen:
                     f"{x}.pow(k)",
                 ]
             )
-            if ch.flip(0.2):
+            if ch.flip(0.2) and not _order_dependent(self.env[x]):
                 return self.emit(f"{x}.add_(k)")
         else:
             e = ch.choice([f"{x} * s", f"{x}.clamp(min=s)", f"{x} + s"])
-            if ch.flip(0.2):
+            if ch.flip(0.2) and not _order_dependent(self.env[x]):
                 return self.emit(f"{x}.mul_(s)")
         return self.emit(f"{n} = {e}", [n])
 
@@ -807,6 +816,15 @@ def _shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
         return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
     except Exception:
         return True
+
+
+def _order_dependent(x: torch.Tensor) -> bool:
+    """An in-place op on ``x`` may have a loop-order-dependent result: elements of ``x``
+    share memory (an overlapping ``as_strided``) and eager's TensorIterator lets it write
+    (it refuses only a stride-0 dim of size > 1). Only writes of one value per location
+    (``fill_``, ``zero_``, ``masked_fill_``, assigning a scalar) have a defined result there;
+    aotgrad refuses the others (docs/user-guide.md), so the generator does not write them."""
+    return overlap_of(tuple(x.shape), tuple(x.stride())) is Overlap.OTHER
 
 
 def _no_partial_overlap(y: torch.Tensor, x: torch.Tensor) -> bool:

@@ -781,7 +781,7 @@ def f(c):
     )
 
 
-@XFAIL("setStorage out of bounds: aotgrad replays as_strided_ against a storage the size of the input view, not of its base")
+@XFAIL("refused at compile time ('as_strided_ at ... past the input's own extent'): functionalization sizes the input's storage by the input view, not by its base (it crashed in setStorage before)")
 def test_as_strided__on_input_view_reaching_past_its_extent():
     """b = x[0] of a (3, 4) base; b.as_strided_((1, 3), (1, 2), 0) needs 5 elements of the 12 in storage: legal in eager."""
     check_case(
@@ -906,7 +906,6 @@ def f(b):
     )
 
 
-@XFAIL("wrong values of the alias b: its mul_ is written back only through a's new 1-element geometry")
 def test_mutation_of_alias_after_as_strided__of_other_alias():
     """a = x, b = x[:]; a.as_strided_((1,), (1,), 0); b.mul_(2): all of b is doubled in eager."""
     check_case(
@@ -1940,6 +1939,142 @@ def f(b):
     )
 
 
+def test_zero__of_alias_beside_as_strided_input_and_squeeze_():
+    """Aliased inputs (one as_strided of the base), one written, one squeeze_d: the members' as_strided is taken off the synthetic base itself, not tracing's view alias of it (functionalization refused the write). (fuzz seed 401136)"""
+    check_case(
+        source='''
+def f(a, b, c, s):
+    b.squeeze_(0)
+    c.zero_()
+    t0 = a @ a
+    t1 = t0.view(1)
+    t0.unsqueeze_(0)
+    return c, a, t1, t0
+''',
+        inputs={'bases': [{'shape': [1, 2], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.as_strided((1,), (1,), 0)'}, {'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 0, 'expr': 'x[:1]'}, {'kind': 'value', 'value': 0.5}]},
+        post=[(3, 'unsqueeze_(0)')],
+        modes=['grad'],
+        seed=1136,
+    )
+
+
+def test_sin__of_strided_alias_beside_unsqueeze__of_other_alias():
+    """Aliased inputs, both written, one unsqueeze_d: members regenerated off the graph input, not its view alias (functionalization refused the write). (fuzz seed 401623)"""
+    check_case(
+        source='''
+def f(a, b, c, k, mode):
+    a.sin_()
+    c.fill_(0.5)
+    t0, = a.unbind(0)
+    t1 = c @ c
+    t2 = t1.view_as(t1)
+    t3 = t1.t()
+    t4 = t3.expand(1)
+    t5 = t1.t()
+    t6 = t5.squeeze()
+    t7 = t4 @ t4
+    c.mul_(t7)
+    c.unsqueeze_(0)
+    return a, c, t1, k
+''',
+        inputs={'bases': [{'shape': [2], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x[::2]'}, {'kind': 'tensor', 'base': 0, 'expr': 'x.clone()'}, {'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'value', 'value': 2}, {'kind': 'value', 'value': 'sum'}]},
+        post=[],
+        modes=['grad', 'no_grad'],
+        seed=1623,
+    )
+
+
+def test_clamp__of_alias_then_unsqueeze__of_its_base():
+    """x and x.view(-1) passed together, the view written, x unsqueeze_d: members regenerated off the graph input (functionalization refused the write). (fuzz seed 402414)"""
+    check_case(
+        source='''
+def f(a, b, mode):
+    b.clamp_(-0.5, 0.5)
+    a.unsqueeze_(1)
+    t0, = a.unbind(1)
+    if mode == "sum":
+        t1 = b.sum()
+    else:
+        t1 = b.mean()
+    t2 = t1.contiguous()
+    return t1,
+''',
+        inputs={'bases': [{'shape': [3], 'dtype': 'float64', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 0, 'expr': 'x.view(-1)'}, {'kind': 'value', 'value': 'mean'}]},
+        post=[(0, 'mul_(2)'), (0, 't_()')],
+        modes=['grad'],
+        seed=2414,
+    )
+
+
+def test_fill__of_slice_alias_then_squeeze__of_base():
+    """x[1:], x, x passed, the slice written, x squeeze_d: members regenerated off the graph input (functionalization refused the write). (fuzz seed 402611)"""
+    check_case(
+        source='''
+def f(a, opt, b, c, k):
+    with torch.no_grad():
+        t0 = c.t()
+        c.relu_()
+        a.fill_(0.5)
+    c.squeeze_(1)
+    t1 = t0.permute(1, 0)
+    return t1, t1, t0, t1
+''',
+        inputs={'bases': [{'shape': [4, 1], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x[1:]'}, {'kind': 'value', 'value': None}, {'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'value', 'value': 0}]},
+        post=[],
+        modes=['grad', 'grad'],
+        seed=2611,
+    )
+
+
+def test_as_strided_after_write_relaying_only_size1_strides():
+    """as_strided of an input written in place whose functional value differs from eager's layout only in a size-1 dim's stride: the same elements (was refused). (fuzz seed 401974)"""
+    check_case(
+        source='''
+def f(a, k, b):
+    t0 = b.select(1, 0)
+    t1 = torch.where(t0 > 0, t0, a)
+    t2 = b.unsqueeze(k % 2)
+    t2.clamp_(-0.5, 0.5)
+    t3 = t2 @ t2.mT
+    t4 = t2.as_strided((1, 2), (2, 3), 0)
+    a.transpose_(0, 2)
+    t4.clamp_(-0.5, 0.5)
+    t5 = a.prod()
+    t6 = torch.arange(8, dtype=t0.dtype).view(t0.shape)
+    t7 = torch.maximum(t0, t1)
+    b.pow_(2)
+    return t1, t6
+''',
+        inputs={'bases': [{'shape': [1, 4, 2], 'dtype': 'float32', 'rg': False}, {'shape': [1, 4, 4], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.transpose(0, 1)'}, {'kind': 'value', 'value': 3}, {'kind': 'same', 'arg': 0}]},
+        post=[],
+        modes=['grad'],
+        seed=1974,
+    )
+
+
+def test_as_strided__after_write_relaying_only_size1_strides():
+    """as_strided_ of an input written in place whose functional value differs from eager's layout only in a size-1 dim's stride (was refused). (fuzz seed 402783)"""
+    check_case(
+        source='''
+def f(a, b, c):
+    c.add_(a)
+    t0 = torch.maximum(c, a)
+    c.as_strided_((1, 2), (4, 1), 0)
+    t1 = torch.ones_like(c)
+    c.as_strided_((2, 1), (1, 1), 9)
+    t1.neg_()
+    with torch.set_grad_enabled(True):
+        t2 = t1.reshape(1, 2)
+        t3 = t2 * a
+    return t1, a
+''',
+        inputs={'bases': [{'shape': [2, 1], 'dtype': 'float32', 'rg': True}, {'shape': [1, 2], 'dtype': 'float32', 'rg': True}, {'shape': [4, 1, 4], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x[0]'}, {'kind': 'tensor', 'base': 1, 'expr': 'x[:1]'}, {'kind': 'tensor', 'base': 2, 'expr': 'x.clone().transpose(-1, -2)'}]},
+        post=[(0, 't_()')],
+        modes=['grad'],
+        seed=2783,
+    )
+
+
 # --------------------------------------------------------------------------- found against torch's aot_function
 # (AOTGRAD_FUZZ_IMPL=torch); checked here against aotgrad.
 
@@ -2632,8 +2767,9 @@ def f(a, b):
     )
 
 
-@XFAIL("dynamic: a view of a detach()ed alias mutated by its requiring-grad source gets wrong gradients (issue 12, class 1)")
 def test_dynamic_view_of_detached_alias_mutated_by_source():
+    """A view of a detach()ed alias mutated by its requiring-grad source (was wrong
+    gradients: the view was rebuilt off the input; now a view of the alias with its history)."""
     check_case(
         impl=harness.aotgrad_dynamic_impl,
         source='''

@@ -1,7 +1,9 @@
 """Aliased inputs: merge inputs that share storage, where one is mutated, into synthetic bases.
 
 (A lone input counts as aliased with the rest of its storage when the program addresses it
-by storage, through ``as_strided``: a write can then land outside the input's own elements.)
+by storage, through ``as_strided``: a write can then land outside the input's own elements;
+and when its elements overlap in memory and it is written: eager's write reaches every
+element sharing a location, and the caller's tensor cannot take a written-back value.)
 
 Inside a traced graph, functionalization cannot see that a mutation of one input changes
 another input that shares its storage. So, for each *disjoint set of bases* (inputs whose
@@ -33,6 +35,7 @@ import torch.utils._pytree as pytree
 
 from ..errors import AotgradCompileError
 from .metadata import OutputType, ViewAndMutationMetadata
+from .overlapping_writes import overlaps_itself
 
 __all__ = ["InputAliasing", "SyntheticBase", "outputs_on_call_inputs", "plan_input_aliasing"]
 
@@ -170,7 +173,13 @@ class InputAliasing:
                     else:
                         member = source.as_strided(*view)
                     separate = not rg and (member.requires_grad or not b.common_base)
-                    call_inputs[m] = member.detach() if separate else member
+                    if separate and not replay and overlaps_itself(*view[:2]):
+                        # detached before the as_strided: the member's ._base is then the
+                        # storage, which a write through memory that overlaps itself writes
+                        # (core/overlapping_writes.py), not the member
+                        call_inputs[m] = source.detach().as_strided(*view)
+                    else:
+                        call_inputs[m] = member.detach() if separate else member
             members = {m: call_inputs[m] for m in extras}
             leaves, spec = program(*call_inputs)
             if not extras:
@@ -221,9 +230,20 @@ def _groups(call_inputs: list[torch.Tensor], metadata: ViewAndMutationMetadata) 
     grouped = {i for g in groups for i in g}
     groups.extend(
         [i] for i, info in enumerate(metadata.input_info)
-        if info.addresses_storage and i not in grouped and not _covers_storage(call_inputs[i])
+        if i not in grouped
+        and (
+            (info.addresses_storage and not _covers_storage(call_inputs[i]))
+            # a write reaches every element sharing the memory written: the graph writes the
+            # storage, the input is a view of it (core/overlapping_writes.py)
+            or (info.mutates_data and _overlaps(call_inputs[i]))
+        )
     )
     return groups
+
+
+def _overlaps(t: torch.Tensor) -> bool:
+    """Two elements of ``t`` share a memory location (an ``expand()``ed input, say)."""
+    return overlaps_itself(tuple(t.shape), tuple(t.stride()))
 
 
 def _replayable(template: torch.Tensor, base: torch.Tensor, view: Strided) -> bool:
@@ -258,7 +278,11 @@ def plan_input_aliasing(
                 "mutated; this is not supported. Pass them as separate tensors."
             )
         roots = {id(call_inputs[i] if call_inputs[i]._base is None else call_inputs[i]._base) for i in group}
-        common = len(roots) == 1
+        # a root whose elements overlap (an expand()ed tensor detach()ed) is no base to write:
+        # the storage is, as for aliases without a common base
+        common = len(roots) == 1 and not any(
+            _overlaps(call_inputs[i] if call_inputs[i]._base is None else call_inputs[i]._base) for i in group
+        )
         if common:
             source = group[0]
             real_root = call_inputs[source] if call_inputs[source]._base is None else call_inputs[source]._base

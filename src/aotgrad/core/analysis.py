@@ -172,43 +172,11 @@ _ADDRESSES_INPUT_STORAGE = frozenset({"as_strided"})
 #: in-place-named methods that write no tensor data
 _NOT_WRITING_INPLACE = frozenset({"requires_grad_", "share_memory_", "detach_", "retain_grad_", "set_"})
 
-#: above this many elements, a layout the quick test cannot clear is not enumerated
-_OVERLAP_ENUMERATION_LIMIT = 1 << 16
-
-
 def _is_write(name: str) -> bool:
     """An in-place method name: ``add_``, ``__setitem__``, ``__iadd__``..."""
     if name.endswith("__"):
         return name == "__setitem__" or name.startswith("__i")
     return name.endswith("_")
-
-
-def overlaps_itself(size: tuple[int, ...], stride: tuple[int, ...]) -> bool:
-    """True when two elements of a strided layout share a memory location.
-
-    Quick test first (each stride, in ascending order, past the extent of the smaller ones:
-    no overlap); else the offsets are enumerated for small tensors. A large layout the quick
-    test cannot clear is reported as not overlapping (as eager's own check says "too hard").
-    """
-    dims = sorted((st, sz) for sz, st in zip(size, stride) if sz > 1)
-    if any(st == 0 for st, _ in dims):
-        return True
-    extent = 0
-    for st, sz in dims:
-        if st <= extent:
-            break
-        extent += (sz - 1) * st
-    else:
-        return False
-    numel = 1
-    for _, sz in dims:
-        numel *= sz
-    if numel > _OVERLAP_ENUMERATION_LIMIT:
-        return False
-    offsets = {0}
-    for st, sz in dims:
-        offsets = {o + k * st for o in offsets for k in range(sz)}
-    return len(offsets) < numel
 
 
 def _restrides_within(v: torch.Tensor, args: tuple, kwargs: dict) -> bool:
@@ -266,8 +234,6 @@ class _EagerChecks(TorchFunctionMode):
         self.new_leaves: list[tuple[torch.Tensor, str]] = []
         #: ids of the functional inputs that stand for views of leaves requiring grad
         self.leaf_view_inputs: frozenset[int] = frozenset()
-        #: storages of inputs whose elements overlap in memory (expanded), to the input
-        self.overlapping_inputs: dict[StorageWeakRef, int] = {}
         #: graph input → (its entry geometry, the line) of an in-place metadata op on it under
         #: no_grad while it requires grad
         self.restrided_under_no_grad: dict[int, tuple[tuple, str]] = {}
@@ -437,31 +403,8 @@ class _EagerChecks(TorchFunctionMode):
                 "would change other elements than eager. Use as_strided (out of place) of the base, "
                 "or clone() first."
             )
-        if (
-            _is_write(name)
-            and name not in _METADATA_INPLACE
-            and name not in _NOT_WRITING_INPLACE
-            and args
-            and isinstance(args[0], FunctionalTensor)
-            and overlaps_itself(tuple(args[0].shape), tuple(args[0].stride()))
-        ):
-            raise AotgradCompileError(
-                f"aotgrad: in-place {name} on a tensor whose elements overlap in memory (an "
-                f"expanded view, say) at {current_user_line()}: functionalization cannot express "
-                "a write through memory that overlaps itself. Write into a contiguous tensor "
-                "(e.g. .contiguous() or clone()) instead."
-            )
-        if (
-            self.overlapping_inputs
-            and isinstance(written, FunctionalTensor)
-            and (i := self.overlapping_inputs.get(StorageWeakRef(written.untyped_storage()))) is not None
-        ):
-            raise AotgradCompileError(
-                f"aotgrad: in-place {name} at {current_user_line()} writes into input {i}, whose "
-                "elements overlap in memory (an expanded tensor): eager's write reaches every element "
-                "sharing that memory, the input's written-back value would not. Pass a contiguous "
-                "input (e.g. .contiguous() or clone()), or write out of place."
-            )
+        # (writes through memory that overlaps itself are rewritten or refused before they
+        # get here: core/overlapping_writes.py, through EagerRewrites)
         for t in pytree.tree_leaves((args, kwargs)):
             if (
                 isinstance(t, torch.Tensor)
@@ -536,10 +479,6 @@ def analyze(
         id(f) for f, t in zip(f_inputs, fake_inputs)
         if isinstance(t, torch.Tensor) and t.requires_grad and t._base is not None and t._base.is_leaf
     )
-    checks.overlapping_inputs = {
-        StorageWeakRef(f.untyped_storage()): i for i, f in enumerate(f_inputs)
-        if isinstance(f, torch.Tensor) and overlaps_itself(tuple(f.shape), tuple(f.stride()))
-    }
     geometry = EagerViewGeometry(
         [(f, t) for f, t in zip(f_inputs, fake_inputs) if isinstance(t, torch.Tensor)]
     )
@@ -674,14 +613,32 @@ def analyze(
         if input_idx is not None:
             output_info.append(OutputInfo(OutputType.is_input, call_input_index=input_idx, **common))
             continue
+        root = o if o._base is None else o._base
         if (
-            storage in input_storages and o._base is None and o.requires_grad and o.grad_fn is not None
+            # (o.grad_fn is not read: a stale view's would be regenerated outside the modes;
+            # requires_grad of a view of a root with history says as much)
+            storage in input_storages and o.requires_grad and common["invalidated"] in (None, "DEFAULT")
+            and not common["no_grad_view"]
+            and root.requires_grad and root.grad_fn is not None and all(root is not f for f in f_inputs)
             and o.dtype == f_inputs[input_storages[storage]].dtype
         ):
-            # a detach()ed alias of an input that an in-place op with an operand requiring
-            # grad gave a history of its own: eager's output is no view and its gradient
-            # goes through that op, not into the input
-            output_info.append(OutputInfo(OutputType.non_alias, storage_of_input=input_storages[storage], **common))
+            # a detach()ed alias of an input (or a view of one) that an in-place op with an
+            # operand requiring grad gave a history of its own: eager's output is no view of
+            # the input and its gradient goes through that op, not into the input
+            root_output = next((k for k in range(len(out_leaves)) if out_leaves[k] is root), None)
+            if root is not o and root_output is not None:
+                # the detached alias is returned too: eager's ``_base`` is that output
+                output_info.append(OutputInfo(
+                    OutputType.alias_of_intermediate_base_is_user_output, base_index=root_output,
+                    view_source=_replayable_on(
+                        relative_view_metas(o, root), root, geometry.geometry(root), geometry.geometry(o), fake_mode,
+                    ),
+                    **common,
+                ))
+                continue
+            output_info.append(OutputInfo(
+                OutputType.non_alias, storage_of_input=input_storages[storage], is_view=o._base is not None, **common
+            ))
             continue
         if storage in input_storages and _through_custom_function(
             o, f_inputs[input_storages[storage]], (fake_mode, mode)

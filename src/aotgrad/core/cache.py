@@ -7,8 +7,9 @@ aliasing pattern, grad mode and the other global modes tracing reads, the compil
 (partitioner, decompositions, compilers, ...), and the versions of Python, torch and
 aotgrad (aotgrad's by a hash of its sources). :func:`EntryStore.for_call` computes it; a
 stored entry holds what analysis, tracing and partitioning produced (the ``Analysis`` and
-the graphs, node metadata and fake values included). On a hit the pipeline skips those
-three stages and runs the rest (compilers, runtime, guard) as on a cold compile.
+the graphs, node metadata and fake values included, and the compiled graphs' Python code,
+so that a hit does not generate it again). On a hit the pipeline skips those three stages
+and runs the rest (compilers, runtime, guard) as on a cold compile.
 
 Safety, by construction:
 
@@ -41,6 +42,7 @@ import dis
 import enum
 import functools
 import hashlib
+import importlib
 import io
 import logging
 import os
@@ -58,6 +60,7 @@ from typing import Any
 
 import torch
 import torch.fx
+import torch.fx.experimental._config
 import torch.fx.immutable_collections
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch._C import _functionalization
@@ -68,7 +71,7 @@ __all__ = ["EntryStore", "StoredEntry", "Uncacheable", "cache_location", "evict"
 log = logging.getLogger("aotgrad")
 
 #: bump when the stored layout changes (the aotgrad source hash changes anyway)
-FORMAT = 1
+FORMAT = 2
 _MAGIC = b"AOTGRAD-CACHE-1\n"
 
 
@@ -662,13 +665,18 @@ _PICKLED_AS_IS = frozenset({
 
 class _Pickler(pickle.Pickler):
     """Pickles graphs: nodes by position (in node arguments only: a node in metadata is
-    refused), fake tensors by metadata (their storage sharing kept), ops by name; refuses
-    real tensors and symbolic values."""
+    refused), fake tensors by metadata (their storage sharing kept; one fake tensor met again,
+    as the graphs' metadata shares them, by its first occurrence: it loads as one object, as
+    it was), ops by name; refuses real tensors and symbolic values."""
 
     def __init__(self, file: io.BytesIO) -> None:
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
         self.nodes: dict[torch.fx.Node, int] = {}
         self.storages: dict[StorageWeakRef, int] = {}
+        #: id of each fake tensor pickled so far → its number (the tensors are kept alive
+        #: in ``self.fakes`` so that an id is never reused meanwhile)
+        self.fake_numbers: dict[int, int] = {}
+        self.fakes: list[FakeTensor] = []
         self.in_meta = False
 
     def persistent_id(self, obj: Any) -> Any:
@@ -681,9 +689,16 @@ class _Pickler(pickle.Pickler):
         if isinstance(obj, torch.Tensor):
             if type(obj) is not FakeTensor:
                 raise Uncacheable(f"a {type(obj).__name__} in a graph's metadata")
+            number = self.fake_numbers.get(id(obj))
+            if number is not None:
+                return ("F", number)
+            self.fake_numbers[id(obj)] = len(self.fakes)
+            self.fakes.append(obj)
             return ("T", self._describe(obj))
         if isinstance(obj, torch._ops.OpOverload):
             return ("O", obj.name())
+        if isinstance(obj, types.ModuleType):  # a global of a graph's code (``torch``)
+            return ("M", obj.__name__)
         if isinstance(obj, torch._ops.OpOverloadPacket):
             return ("P", obj._qualified_op_name)
         if isinstance(obj, _functionalization.ViewMeta):
@@ -710,6 +725,8 @@ class _Unpickler(pickle.Unpickler):
         super().__init__(file)
         self.fake_mode = fake_mode
         self.storages: dict[int, torch.UntypedStorage] = {}
+        #: the fake tensors loaded so far, numbered as the pickler numbered them
+        self.fakes: list[FakeTensor] = []
 
     def persistent_load(self, pid: Any) -> Any:
         kind, *rest = pid
@@ -717,7 +734,10 @@ class _Unpickler(pickle.Unpickler):
         if kind == "N":
             return _Ref(value)
         if kind == "T":
-            return self._fake(*value)
+            self.fakes.append(self._fake(*value))
+            return self.fakes[-1]
+        if kind == "F":
+            return self.fakes[value]
         if kind == "O":
             name, _, overload = value.partition(".")
             namespace, _, op = name.partition("::")
@@ -730,6 +750,8 @@ class _Unpickler(pickle.Unpickler):
             return getattr(_functionalization, name)(args)
         if kind == "E":
             return _functionalization.InverseReturnMode.__members__[value]
+        if kind == "M":
+            return sys.modules[value] if value in sys.modules else importlib.import_module(value)
         raise pickle.UnpicklingError(f"unknown persistent id {kind!r}")
 
     def _fake(self, sid, nbytes, shape, stride, offset, dtype, device, requires_grad) -> FakeTensor:
@@ -748,9 +770,10 @@ class _Unpickler(pickle.Unpickler):
         return fake
 
 
-def _dumps_graphs(extra: Any, graphs: dict[str, torch.fx.GraphModule]) -> bytes:
-    """``extra`` and the graphs: their nodes (op, name, target, args, kwargs, type), then
-    every node's and graph's metadata (fake values by metadata)."""
+def _dumps_graphs(extra: Any, graphs: dict[str, torch.fx.GraphModule], with_code: bool = False) -> bytes:
+    """``extra`` and the graphs: their nodes (op, name, target, args, kwargs, type) and, with
+    ``with_code``, their Python code as generated from those nodes (:func:`_stored_code`),
+    then every node's and graph's metadata (fake values by metadata)."""
     with io.BytesIO() as stream:
         pickler = _Pickler(stream)
         structure = {}
@@ -765,7 +788,7 @@ def _dumps_graphs(extra: Any, graphs: dict[str, torch.fx.GraphModule]) -> bytes:
                 pickler.nodes[node] = len(pickler.nodes)
                 nodes.append((node.op, node.name, node.target, node.args, node.kwargs, node.type))
                 metas.append(node.meta)
-            structure[name] = (type(gm).__name__, nodes)
+            structure[name] = (type(gm).__name__, nodes, _stored_code(gm.graph) if with_code else None)
             metas.append(gm.meta)
         pickler.dump((extra, structure))
         pickler.in_meta = True
@@ -800,7 +823,7 @@ def _loads_graphs(payload: bytes, fake_mode: FakeTensorMode) -> tuple[Any, dict[
         metas = iter(unpickler.load())
     nodes: list[torch.fx.Node] = []
     graphs = {}
-    for name, (class_name, records) in structure.items():
+    for name, (class_name, records, code) in structure.items():
         graph = torch.fx.Graph()
         for op, node_name, target, args, kwargs, type_ in records:
             node = graph.create_node(op, target, _resolve(args, nodes), _resolve(kwargs, nodes), node_name, type_)
@@ -808,10 +831,38 @@ def _loads_graphs(payload: bytes, fake_mode: FakeTensorMode) -> tuple[Any, dict[
                 raise pickle.UnpicklingError(f"node {node_name} came back as {node.name}")
             node.meta = next(metas)
             nodes.append(node)
-        gm = torch.fx.GraphModule(torch.nn.Module(), graph, class_name)
+        gm = _graph_module(graph, class_name, code)
         gm.meta.update(next(metas))
         graphs[name] = gm
     return extra, graphs
+
+
+def _stored_code(graph: torch.fx.Graph) -> tuple | None:
+    """The graph's Python code as ``GraphModule.recompile`` generates it: (source, globals,
+    line map, prologue start); None where the profiler's metadata option changes the code."""
+    if _profiler_metadata_in_code():
+        return None
+    code = graph.python_code(root_module="self")
+    return (code.src, code.globals, code._lineno_map, code._prologue_start)
+
+
+def _profiler_metadata_in_code() -> bool:
+    return bool(getattr(torch.fx.experimental._config, "enrich_profiler_metadata", False))
+
+
+def _graph_module(graph: torch.fx.Graph, class_name: str, code: tuple | None) -> torch.fx.GraphModule:
+    """A GraphModule over ``graph``; with ``code`` (stored from these very nodes at save time,
+    :func:`_stored_code`), its code is not generated again: ``GraphModule``'s recompile is
+    handed the stored code instead of ``graph.python_code``'s (~3 ms a graph on a hit). A
+    later recompile (after an edit of the graph) generates it from the nodes as usual."""
+    if code is None or _profiler_metadata_in_code():
+        return torch.fx.GraphModule(torch.nn.Module(), graph, class_name)
+    stored = torch.fx.graph.PythonCode(*code)
+    graph.python_code = lambda *args, **kwargs: stored  # this graph's, for the constructor only
+    try:
+        return torch.fx.GraphModule(torch.nn.Module(), graph, class_name)
+    finally:
+        del graph.python_code
 
 
 def _dumps(analysis: Any, graphs: dict[str, torch.fx.GraphModule]) -> bytes:
@@ -822,7 +873,8 @@ def _dumps(analysis: Any, graphs: dict[str, torch.fx.GraphModule]) -> bytes:
         # must warn exactly as it would without the cache
         warnings.simplefilter("ignore", FutureWarning)
         joint_payload = None if joint is None else _dumps_graphs(None, {"joint": joint})
-        return _dumps_graphs((analysis, joint_payload), main)
+        # (the joint is decoded only where someone reads it: its code is not stored)
+        return _dumps_graphs((analysis, joint_payload), main, with_code=True)
 
 
 def _loads(payload: bytes) -> StoredEntry:

@@ -26,6 +26,10 @@ eager's own fill, so the traced graph consumes the generator exactly as eager do
   base where the dtype is the same and autograd records neither, or where it records both
   and the result addresses only ``v``'s own elements (eager's gradient of ``v.as_strided``
   reaches only ``v``'s elements: the same ones then).
+- **Writes through memory that overlaps itself** (an ``expand()``ed view, an overlapping
+  ``as_strided``, or a view taken through one) are written into the root's memory locations
+  by :func:`~aotgrad.core.overlapping_writes.overlapping_write` (functionalization's inverses
+  of such views sum or drop writes); loop-order-dependent ones are refused there.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch._subclasses.functional_tensor import FunctionalTensor, disable_functional_mode
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch.overrides import TorchFunctionMode
+
+from .overlapping_writes import overlapping_write
 
 __all__ = ["EagerRewrites", "bernoulli_like"]
 
@@ -90,6 +96,11 @@ class EagerRewrites(TorchFunctionMode):
         #: strides), so the trace cannot tell whether an in-place op changes the layout there
         self.odd_size1_strides = False
 
+    def _commit(self, root: FunctionalTensor, new: torch.Tensor) -> None:
+        """``root.copy_(new)``, keeping ``root``'s layout (a rewritten write, see
+        :mod:`.overlapping_writes`)."""
+        _keeping_layout(root, torch.Tensor.copy_, (root, new), {}, size1_unknown=self.odd_size1_strides)
+
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if not self.odd_size1_strides:
@@ -107,6 +118,9 @@ class EagerRewrites(TorchFunctionMode):
             x, p, train = _bind(args, kwargs, ("input", "p", "train"), ())
             inplace = func in _DROPOUTS_INPLACE
         else:
+            rewritten, out = overlapping_write(func, args, kwargs, self._commit)
+            if rewritten:
+                return out
             root = _written_root(func, args, kwargs)
             if root is None:
                 return func(*args, **kwargs)

@@ -312,21 +312,37 @@ def _build_depth(plan: list[tuple[str, int, Any]], j: int) -> int:
 def _detached_alias_with_history(real: torch.Tensor, value: torch.Tensor, info: OutputInfo, geometry: tuple | None) -> torch.Tensor:
     """Eager's output that an in-place op with an operand requiring grad made of a
     ``detach()``ed alias of ``real`` (``OutputInfo.storage_of_input``): ``real``'s storage
-    in eager's geometry, no view, with its own autograd history. The write back already put
+    in eager's geometry, with its own autograd history: no view, or (``is_view``) a view of
+    a fresh detached alias of ``real``. The write back already put
     the new data there; the graph's value (the same data, with the compiled forward's history)
     is copied in with grad enabled, so the alias's grad_fn leads into the compiled backward,
     and the version counter is set back (one in-place op in eager, one write back here)."""
-    out = real.detach()
-    _restride_to_output(out, info, geometry)
-    version = out._version
+    root = out = real.detach()
+    where = (info.size, info.stride, info.storage_offset) if geometry is None else geometry
+    version = root._version
+    stale = info.is_view and info.invalidated == "DEFAULT"
+    if stale:
+        # eager's view was taken before the in-place op gave its base a history: it has no
+        # grad_fn of its own and is stale (regenerated off the base on the first read of its
+        # grad_fn; an in-place op on it before that read raises as on a leaf). So it is made
+        # before the history, at another version than the storage's after the call.
+        _set_version_counter((root,), (version - 1 if version else version + 1,))
+        try:
+            out = root.as_strided(*where)
+        finally:
+            _set_version_counter((root,), (version,))
+    # eager's output views the detached alias (its ``_base``), not the input
+    target = root.as_strided(*where) if info.is_view else out
+    if not info.is_view:
+        _restride_to_output(out, info, geometry)
     prev = torch.is_grad_enabled()
     _set_grad_enabled(True)
     try:
-        out.copy_(value)
+        target.copy_(value)
     finally:
         _set_grad_enabled(prev)
-    _set_version_counter((out,), (version,))
-    return out
+    _set_version_counter((root,), (version,))
+    return target if info.is_view and not stale else out
 
 
 def _unwrap(x: Any) -> Any:

@@ -31,7 +31,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 __all__ = [
     "EagerSavedTensor", "EagerSavedTensors", "SavedVersions", "check_saved_versions", "find_eager_saved",
-    "versions_unchecked",
+    "note_backward_error", "versions_unchecked",
 ]
 
 _MODIFIED = "one of the variables needed for gradient computation has been modified by an inplace operation"
@@ -104,6 +104,24 @@ def _saved_values(node: Any) -> Iterable[tuple[Any, BaseException | None]]:
                 yield v, None
 
 
+#: the key, in an autograd node's ``metadata``, of eager's error where eager's backward raises
+#: at the node the program's rewritten op made in its stead (:func:`note_backward_error`)
+_BACKWARD_ERROR = "aotgrad.eager_backward_error"
+
+
+def note_backward_error(node: Any, message: str) -> None:
+    """Eager's backward raises ``message`` where it reaches the op that made ``node`` (a
+    rewritten op's node, core/overlapping_writes.py): :func:`find_eager_saved` records it as
+    an entry the backward refuses, as a saved tensor the program changed."""
+    node.metadata[_BACKWARD_ERROR] = message
+
+
+def _noted_error(node: Any) -> str | None:
+    if type(node).__name__ != "WhereBackward0":  # the only node noted (no metadata made elsewhere)
+        return None
+    return node.metadata.get(_BACKWARD_ERROR)
+
+
 def _op_name(node: Any) -> str:
     """An autograd node's forward op as eager's version error names it (``Cos``)."""
     return re.sub(r"Backward\d*$", "", node.name())
@@ -159,6 +177,8 @@ def find_eager_saved(
     witnesses: list[tuple[bool, int]] = []
     entries: list[tuple[int, EagerSavedTensor]] = []
     for node, positions in reached.items():
+        if (noted := _noted_error(node)) is not None:
+            entries.append((node._sequence_nr(), EagerSavedTensor("", noted, -1, frozenset(positions))))
         for value, error in _saved_values(node):
             if any(
                 node._sequence_nr() < at and (

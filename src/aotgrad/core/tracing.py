@@ -27,8 +27,9 @@ from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
 from torch.overrides import TorchFunctionMode
 
 from ..errors import AotgradCompileError, compile_error_from
-from .analysis import Analysis, _sets_requires_grad, from_functional, overlaps_itself, to_functional
+from .analysis import Analysis, _sets_requires_grad, from_functional, to_functional
 from .eager_rewrites import EagerRewrites
+from .overlapping_writes import overlaps_itself
 from .saved_tensors import versions_unchecked
 from .effects import effects_as_ordered_nodes, is_effectful
 from .provenance import backward_stack_traces

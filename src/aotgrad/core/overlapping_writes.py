@@ -1,0 +1,403 @@
+"""In-place writes through memory that overlaps itself, rewritten as writes of the storage's base.
+
+Functionalization replays a write into a view onto the view's base through each view op's
+inverse. Two inverses are wrong where elements share memory: ``expand``'s is
+``base + sum_to(new - base)`` (a write reaching ``n`` copies of a location adds ``n`` times,
+and even a write into one copy is only ``(c - b) + b``, off by rounding), and
+``as_strided_scatter``/``unfold_backward`` of an overlapping view keep one writer per location,
+or sum them. Eager writes memory: a location gets the value of *any* element written there.
+
+So a data write whose destination overlaps itself (an ``expand()``ed or overlapping
+``as_strided`` view), or is a view taken through such a step, is rewritten by
+:func:`overlapping_write`: the op runs on a ``clone()`` of the destination (dense, so the
+functional op is exact), and the new values go to the destination's memory locations in its
+**root** (the functional ``._base``, or the tensor itself), by location arithmetic on the
+views' sizes, strides and storage offsets: ``root.copy_(where(hit, values, root))`` with
+``hit``/``values`` scattered over the storage span (``index_put``). Autograd then sees what
+eager's sees: written locations lose the root's old gradient, the written values' sources
+get theirs (an element written through several aliases gets the gradient once per alias,
+as eager's ``as_strided`` view of the gradient gives it).
+
+This is exact where every element mapping to one location is written the same value:
+
+- ``fill_``, ``zero_``, ``masked_fill_`` with a one-element value (a location is written where
+  the mask holds for *any* of its elements), ``copy_``/``__setitem__`` of a one-element value
+  or of the destination's own memory laid out as it (eager's ``copy_`` of the same data);
+- any op where no two destination elements share memory (the overlap is in a view above it:
+  ``x.expand(2, 3)[0].add_(1)``).
+
+Otherwise eager's result is its kernel's loop order (``neg_`` through an overlapping
+``as_strided``: a location shared by two elements is negated twice), and the write is
+refused (:class:`~aotgrad.errors.AotgradCompileError`). Where eager's TensorIterator itself
+raises (a stride-0 dim of size > 1 in the output of an op other than ``fill_``/``zero_``/
+``masked_fill_``), eager's ``RuntimeError`` is raised; and where autograd records a write
+through a stride-0 dim, eager's backward raises it (its ``CopySlices`` copies the gradient
+into the view's geometry): noted on the rewrite's autograd node, for the compiled backward
+to raise it too (core/saved_tensors.py).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch._C._functionalization as functionalization
+from torch._subclasses.functional_tensor import FunctionalTensor
+
+from ..errors import AotgradCompileError, current_user_line
+from .saved_tensors import note_backward_error
+
+__all__ = ["Overlap", "overlap_of", "overlapping_write", "overlaps_itself"]
+
+#: layouts with more elements than this are not enumerated by :func:`overlaps_itself`
+_OVERLAP_ENUMERATION_LIMIT = 1 << 16
+
+#: eager's TensorIterator error for an output with a stride-0 dim of size > 1
+_EAGER_INTERNAL_OVERLAP = (
+    "unsupported operation: more than one element of the written-to tensor refers to a single "
+    "memory location. Please clone() the tensor before performing the operation."
+)
+
+#: in-place ops whose written value does not depend on the element written (eager lets them
+#: write through a stride-0 dim)
+_CONSTANT_WRITES = frozenset({"fill_", "zero_", "masked_fill_"})
+#: in-place ops that change size, stride or storage, and no data
+#: in-place writes that are no TensorIterator output (eager checks no internal overlap)
+_NOT_ITERATOR_WRITES = frozenset(
+    {"index_fill_", "index_put_", "index_add_", "index_copy_", "index_reduce_", "scatter_",
+     "scatter_add_", "scatter_reduce_", "masked_scatter_", "put_"}
+)
+_METADATA_INPLACE = frozenset(
+    {"t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_", "as_strided_",
+     "resize_", "resize_as_", "set_", "detach_", "requires_grad_", "share_memory_"}
+)
+#: in-place ops whose name ends in ``_`` but that write no data of ``self``
+_NOT_WRITING = frozenset({"record_stream", "retain_grad", "requires_grad_", "share_memory_", "pin_memory_"})
+_INPLACE_DUNDERS = frozenset(
+    {"__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__",
+     "__ipow__", "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__", "__imatmul__"}
+)
+
+
+def overlaps_itself(size: tuple[int, ...], stride: tuple[int, ...]) -> bool:
+    """True when two elements of a strided layout share a memory location.
+
+    Quick test first (each stride, in ascending order, past the extent of the smaller ones:
+    no overlap); else the offsets are enumerated for small tensors. A large layout the quick
+    test cannot clear is reported as not overlapping (as eager's own check says "too hard").
+    """
+    dims = sorted((abs(st), sz) for sz, st in zip(size, stride) if sz > 1)
+    if any(st == 0 for st, _ in dims):
+        return True
+    extent = 0
+    for st, sz in dims:
+        if st <= extent:
+            break
+        extent += (sz - 1) * st
+    else:
+        return False
+    numel = 1
+    for _, sz in dims:
+        numel *= sz
+    if numel > _OVERLAP_ENUMERATION_LIMIT:
+        return False
+    offsets = {0}
+    for st, sz in dims:
+        offsets = {o + k * st for o in offsets for k in range(sz)}
+    return len(offsets) < numel
+
+
+class Overlap(enum.Enum):
+    """Eager's ``at::has_internal_overlap`` classes, as far as they matter to a write."""
+
+    NONE = "none"
+    #: a stride-0 dim of size > 1: eager's TensorIterator refuses such an output
+    STRIDE0 = "stride0"
+    #: elements share memory otherwise (``as_strided``, ``unfold``): eager lets it through
+    OTHER = "other"
+
+
+def overlap_of(size: tuple[int, ...], stride: tuple[int, ...]) -> Overlap:
+    if not overlaps_itself(size, stride):
+        return Overlap.NONE
+    if any(st == 0 and sz > 1 for sz, st in zip(size, stride)):
+        return Overlap.STRIDE0
+    return Overlap.OTHER
+
+
+def _geometry(t: torch.Tensor) -> tuple[tuple, tuple, Any] | None:
+    """``t``'s size, stride and storage offset (no program op), None where any is symbolic."""
+    with torch._C.DisableTorchFunction():
+        g = (tuple(t.shape), tuple(t.stride()), t.storage_offset())
+    if any(not isinstance(n, int) for n in (*g[0], *g[1], g[2])):
+        return None
+    return g
+
+
+def _chain_overlaps(t: FunctionalTensor) -> bool:
+    """A view step in ``t``'s chain from its storage's root made elements share memory: an
+    ``expand`` (whose functional inverse sums), an overlapping ``as_strided`` or ``unfold``."""
+    for vm in functionalization.get_view_meta_sequence(t.elem):
+        kind = type(vm).__name__
+        if kind == "expand_ViewMeta":
+            return True
+        if kind in ("as_strided_ViewMeta", "as_strided__ViewMeta"):
+            args = vm.as_tuple()
+            size, stride = _ints(args, 0), _ints(args, 1)
+            if size is None or stride is None or overlaps_itself(size, stride):
+                return True
+        if kind == "unfold_ViewMeta":
+            return True  # its inverse (unfold_backward) sums what overlapping windows hold
+    return False
+
+
+def _ints(args: tuple, k: int) -> tuple[int, ...] | None:
+    for a in args:
+        if isinstance(a, (list, tuple)) and all(isinstance(n, int) for n in a):
+            if k == 0:
+                return tuple(a)
+            k -= 1
+    return None
+
+
+def _written(func: Any, args: tuple, kwargs: dict) -> tuple[str, Any] | None:
+    """(op name, the tensor an in-place data op writes) or None for other ops."""
+    name = getattr(func, "__name__", "")
+    out = kwargs.get("out")
+    if isinstance(out, torch.Tensor):
+        return name, out
+    if not args or not isinstance(args[0], torch.Tensor):
+        return None
+    if name == "__setitem__" or name in _INPLACE_DUNDERS:
+        return name, args[0]
+    if name.endswith("_") and not name.endswith("__") and name not in _METADATA_INPLACE and name not in _NOT_WRITING:
+        return name, args[0]
+    return None
+
+
+def overlapping_write(
+    func: Any, args: tuple, kwargs: dict, commit: Callable[[FunctionalTensor, torch.Tensor], None]
+) -> tuple[bool, Any]:
+    """Run the in-place op ``func(*args, **kwargs)`` as a write of its destination's root
+    where the destination overlaps itself or is a view through an overlapping step (see the
+    module docstring). Returns ``(True, result)`` where it did, ``(False, None)`` where the op
+    is none of these (the caller runs it). ``commit(root, new_value)`` writes the root
+    (``root.copy_(new_value)``, keeping its layout). Raises eager's error, or refuses, where
+    eager's result would be its loop order's."""
+    written = _written(func, args, kwargs)
+    if written is None or type(written[1]) is not FunctionalTensor:
+        return False, None
+    name, dest = written
+    chain = _chain_overlaps(dest)
+    geometry = _geometry(dest)
+    dest_overlaps = geometry is not None and overlaps_itself(geometry[0], geometry[1])
+    if geometry is not None and not dest_overlaps and not chain:
+        return False, None
+    if geometry is None:
+        # a symbolic trace falls back to a static one (core/pipeline.py), where this is exact
+        raise AotgradCompileError(
+            f"aotgrad: in-place {name} at {current_user_line()} through memory that may overlap "
+            "itself, with symbolic sizes: the locations written are computed with static ones."
+        )
+    with torch._C.DisableTorchFunction():
+        root = dest if dest._base is None else dest._base
+    if type(root) is not FunctionalTensor:
+        return False, None
+    root_geometry = _geometry(root)
+    if root_geometry is None or _has_expand(root):
+        raise AotgradCompileError(
+            f"aotgrad: in-place {name} at {current_user_line()} writes through a view whose base "
+            "is itself an expand()ed tensor detached from its storage's root (or has symbolic "
+            "sizes): the write cannot be expressed on that base. Write into a clone() instead."
+        )
+    if name == "__setitem__":
+        return True, _setitem(dest, root, geometry, root_geometry, args, commit)
+    overlap = overlap_of(geometry[0], geometry[1])
+    if name == "fill_" and isinstance(args[1] if len(args) > 1 else kwargs.get("value"), torch.Tensor):
+        name = "copy_"  # eager fills from a tensor through copy_: its checks, not fill_'s
+    if overlap is Overlap.STRIDE0 and name not in _CONSTANT_WRITES and not _same_data_copy(name, dest, args):
+        if name in _NOT_ITERATOR_WRITES:
+            raise AotgradCompileError(
+                f"aotgrad: in-place {name} at {current_user_line()} writes through an expand()ed "
+                "tensor (elements sharing memory); aotgrad expresses only fill_, zero_, "
+                "masked_fill_ and copy_ of the same data there. Write into a clone() instead."
+            )
+        raise RuntimeError(_EAGER_INTERNAL_OVERLAP)
+    writer = None
+    if overlap is not Overlap.NONE:
+        if name == "masked_fill_":
+            value = args[2] if len(args) > 2 else kwargs.get("value")
+            if not _one_element(value):
+                _refuse_loop_order(name, "its value has more than one element")
+            recorded = torch.is_grad_enabled() and (
+                dest.requires_grad or (isinstance(value, torch.Tensor) and value.requires_grad)
+            )
+            if overlap is Overlap.OTHER and recorded:
+                # eager's backward copies the masked gradient back into the overlapping view:
+                # a location some of whose elements are masked and some not gets the last one
+                _refuse_loop_order(name, "autograd records it (eager's gradient of a location "
+                                   "masked for some of its elements and not others is its loop order's)")
+            writer = args[1] if len(args) > 1 else kwargs["mask"]
+        elif name in ("fill_", "zero_"):
+            pass
+        elif name == "copy_":
+            src = args[1] if len(args) > 1 else kwargs.get("src", kwargs.get("value"))
+            if not (_one_element(src) and not _shares_storage(src, dest)) and not _same_data_copy(name, dest, args):
+                _refuse_loop_order(name, "elements sharing memory are copied different values")
+        else:
+            _refuse_loop_order(name, "the value written depends on the element written")
+    values = dest.clone()
+    if "out" in kwargs:
+        result = func(*args, **{**kwargs, "out": values})
+    else:
+        result = func(values, *args[1:], **kwargs)
+    _write_locations(root, geometry, root_geometry, values, writer, commit)
+    _refresh_history(dest)
+    return True, dest if result is values else result
+
+
+def _setitem(dest, root, geometry, root_geometry, args: tuple, commit) -> None:
+    """``dest[index] = value`` through memory that overlaps: the region eager writes is
+    ``dest[index]`` (a view for a basic index: eager copies into it, refusing a stride-0 dim;
+    ``index_put_`` for an advanced one)."""
+    _, index, value = args
+    with torch._C.DisableTorchFunction():
+        basic = _basic_index(index)
+        region = dest[index] if basic else None
+    region_geometry = _geometry(region) if region is not None else None
+    region_overlap = (
+        overlap_of(region_geometry[0], region_geometry[1]) if region_geometry is not None
+        else overlap_of(geometry[0], geometry[1])
+    )
+    if region_overlap is Overlap.STRIDE0 and basic:
+        raise RuntimeError(_EAGER_INTERNAL_OVERLAP)
+    if region_overlap is not Overlap.NONE and not _one_element(value):
+        _refuse_loop_order("__setitem__", "elements sharing memory are assigned different values")
+    values = dest.clone()
+    values[index] = value
+    writer = torch.zeros(geometry[0], dtype=torch.bool, device=dest.device)
+    writer[index] = True
+    _write_locations(root, geometry, root_geometry, values, writer, commit, region_geometry)
+    _refresh_history(dest)
+
+
+def _write_locations(root, geometry, root_geometry, values, writer, commit, written_view=None) -> None:
+    """``root.copy_(new)``: each location of ``dest`` (``geometry``) that an element with
+    ``writer`` true (all, where None) maps to gets that element's ``values``; ``root``'s other
+    elements keep theirs. Every location of ``dest`` is one of ``root``'s (a view of it).
+    ``written_view``: the geometry of the view eager's autograd records the write through
+    (``dest``'s where None)."""
+    dest_loc = _location_set(geometry)
+    root_loc = _location_set(root_geometry)
+    if dest_loc is not None and root_loc is not None and not dest_loc <= root_loc:
+        raise AotgradCompileError(
+            f"aotgrad: in-place write at {current_user_line()} through memory that overlaps "
+            "itself: the view's elements are not all elements of its base as traced (a re-laid-out "
+            "functional value); this is not supported. Write into a clone() instead."
+        )
+    lo, hi = _span(root_geometry)
+    span = hi - lo + 1
+    device = values.device
+    index = (_locations(geometry, device) - lo).reshape(-1)
+    if writer is not None:
+        # a non-writer goes to the slot past the span, which no root element reads
+        index = torch.where(writer.expand(geometry[0]).reshape(-1), index, span)
+    flat = values.reshape(-1)
+    at = torch.zeros(span + 1, dtype=values.dtype, device=device).index_put((index,), flat)
+    hit = torch.zeros(span + 1, dtype=torch.bool, device=device).index_put(
+        (index,), torch.ones((), dtype=torch.bool, device=device)
+    )
+    root_index = _locations(root_geometry, device) - lo
+    new = torch.where(hit.take(root_index), at.take(root_index), root)
+    written_view = written_view or geometry
+    if new.grad_fn is not None and overlap_of(written_view[0], written_view[1]) is Overlap.STRIDE0:
+        # eager's backward of the write copies the gradient into the view's geometry, and
+        # its copy_ refuses a stride-0 output: raised there, when a backward reaches it
+        note_backward_error(new.grad_fn, _EAGER_INTERNAL_OVERLAP)
+    commit(root, new)
+
+
+def _refresh_history(dest: torch.Tensor) -> None:
+    """Autograd regenerates the ``grad_fn`` of a view whose base was written when it is next
+    read; eager's write through ``dest`` gave it one at once. Read here, under the trace's
+    modes (a read after the trace would replay the view outside them)."""
+    with torch._C.DisableTorchFunction():
+        dest.grad_fn  # noqa: B018 - the read regenerates it
+
+
+def _locations(geometry, device) -> torch.Tensor:
+    """The memory location (storage offset) of each element, an int64 tensor of ``size``."""
+    size, stride, offset = geometry
+    loc = torch.full(size, offset, dtype=torch.int64, device=device)
+    for k, (n, st) in enumerate(zip(size, stride)):
+        shape = [1] * len(size)
+        shape[k] = n
+        loc = loc + (torch.arange(n, dtype=torch.int64, device=device) * st).view(shape)
+    return loc
+
+
+def _location_set(geometry) -> set[int] | None:
+    size, stride, offset = geometry
+    numel = 1
+    for n in size:
+        numel *= n
+    if numel > _OVERLAP_ENUMERATION_LIMIT:
+        return None
+    locs = {offset}
+    for n, st in zip(size, stride):
+        locs = {o + k * st for o in locs for k in range(n)}
+    return locs if numel else set()
+
+
+def _span(geometry) -> tuple[int, int]:
+    size, stride, offset = geometry
+    if any(n == 0 for n in size):
+        return offset, offset
+    lo = offset + sum(min(0, (n - 1) * st) for n, st in zip(size, stride))
+    hi = offset + sum(max(0, (n - 1) * st) for n, st in zip(size, stride))
+    return lo, hi
+
+
+def _has_expand(t: FunctionalTensor) -> bool:
+    return any(type(vm).__name__ == "expand_ViewMeta" for vm in functionalization.get_view_meta_sequence(t.elem))
+
+
+def _one_element(value: Any) -> bool:
+    return not isinstance(value, torch.Tensor) or value.numel() == 1
+
+
+def _shares_storage(a: Any, b: torch.Tensor) -> bool:
+    if not isinstance(a, torch.Tensor):
+        return False
+    with torch._C.DisableTorchFunction():
+        return a.untyped_storage()._cdata == b.untyped_storage()._cdata
+
+
+def _same_data_copy(name: str, dest: torch.Tensor, args: tuple) -> bool:
+    """``dest.copy_(src)`` where ``src`` is ``dest``'s own memory laid out as it: eager's
+    ``copy_`` returns at once (each element gets the value its location holds)."""
+    if name != "copy_" or len(args) < 2 or not isinstance(args[1], torch.Tensor):
+        return False
+    src = args[1]
+    if not _shares_storage(src, dest) or src.dtype != dest.dtype:
+        return False
+    return _geometry(src) == _geometry(dest) and _geometry(src) is not None
+
+
+def _basic_index(index: Any) -> bool:
+    items = index if isinstance(index, tuple) else (index,)
+    return all(
+        (isinstance(i, int) and not isinstance(i, bool)) or i is None or i is Ellipsis or isinstance(i, slice)
+        for i in items
+    )
+
+
+def _refuse_loop_order(name: str, why: str) -> None:
+    raise AotgradCompileError(
+        f"aotgrad: in-place {name} at {current_user_line()} writes through a tensor whose elements "
+        f"overlap in memory (an overlapping as_strided or unfold view) and {why}: eager's result "
+        "is then the order its kernel visits the elements in, which a functional graph cannot "
+        "reproduce. Write into a clone() (or .contiguous()) instead."
+    )

@@ -1,0 +1,251 @@
+"""In-place writes through memory that overlaps itself (core/overlapping_writes.py).
+
+Eager writes memory: a write through an ``expand()``ed view, an overlapping ``as_strided`` or
+``unfold`` view, or a view taken through one, reaches every element sharing a location.
+Functionalization's inverses of those views sum the copies (``expand``) or keep one writer
+(``as_strided_scatter``), so these were refused ("functionalization cannot express a write
+through memory that overlaps itself"; fuzz seeds 400048, 400058, 400409, 400501, 400588,
+401215, 401269, 401560, 401785, 401788, 402091, 402282, 402371, 402454, 402498, 402700,
+402901, 402971). They are now written into the root's memory locations; where eager's result
+is its kernel's loop order, they stay refused; where eager raises, its error is raised.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from eager_compare import check
+
+import aotgrad
+from aotgrad.compilers import nop
+
+pytestmark = pytest.mark.usefixtures("shapes")
+
+
+def _intermediate_expanded(write):
+    def f(a, b):
+        t = a * 2
+        e = t.expand(3, 4)
+        write(e, b)
+        return t, e, (e * b).sum()
+
+    return f
+
+
+# writes eager defines through a stride-0 dim: one value per location
+CONSTANT_WRITES = {
+    "fill_": lambda e, b: e.fill_(0.5),
+    "zero_": lambda e, b: e.zero_(),
+    "masked_fill_ (a location written where any element's mask holds)": lambda e, b: e.masked_fill_(b > 0, -1.0),
+    "masked_fill_ of a one-element tensor": lambda e, b: e.masked_fill_(b > 0, b[0, 0]),
+    "copy_ of its own data": lambda e, b: e.copy_(e.detach()),
+}
+# writes into a part that does not overlap itself, taken through the expand
+PART_WRITES = {
+    "element add_": lambda e, b: e[1].add_(1),
+    "row copy_": lambda e, b: e[0].copy_(b[0]),
+    "view of a view mul_": lambda e, b: e[1][2:].mul_(2),
+    "setitem of a scalar": lambda e, b: e.__setitem__(2, 3.0),
+    "setitem of a tensor": lambda e, b: e.__setitem__((1, slice(1, 3)), b[0, :2]),
+    "addcmul_ after squeeze_": lambda e, b: e.unsqueeze_(0).squeeze_(0)[1].addcmul_(b[0], b[0]),
+}
+
+
+@pytest.mark.parametrize("write", sorted(CONSTANT_WRITES) + sorted(PART_WRITES))
+@pytest.mark.parametrize("grad_mode", [True, False])
+def test_write_through_expanded_intermediate(write, grad_mode):
+    fn = {**CONSTANT_WRITES, **PART_WRITES}[write]
+    check(_intermediate_expanded(fn), lambda: (torch.randn(4, requires_grad=True), torch.randn(3, 4, requires_grad=True)),
+          grad_mode=grad_mode)
+
+
+@pytest.mark.parametrize("write", sorted(CONSTANT_WRITES) + sorted(PART_WRITES))
+def test_write_into_expanded_input(write):
+    """Was refused ("writes into input 0, whose elements overlap in memory"): the input is
+    merged into a synthetic base over its storage and written there."""
+    fn = {**CONSTANT_WRITES, **PART_WRITES}[write]
+
+    def f(c, b):
+        fn(c, b)
+        return c, b * 2
+
+    def make():
+        x = torch.randn(4, requires_grad=True).mul(1)  # not a leaf: its views may be written
+        return x.expand(3, 4), torch.randn(3, 4)
+
+    check(f, make)
+
+
+def test_write_into_detached_expanded_input():
+    """An expanded input detach()ed: its root overlaps itself, the storage is the base."""
+
+    def f(c, y):
+        c.fill_(2.0)
+        c[0].mul_(y)
+        return c + 1
+
+    check(f, lambda: (torch.randn(4).expand(3, 4).detach(), torch.randn(4)))
+
+
+def test_expanded_alias_among_inputs():
+    """Fuzz seed 400048: ``d = x.expand(2)`` passed with ``x`` itself, ``d.fill_(0.5)``."""
+
+    def f(a, d):
+        d.fill_(0.5)
+        return a + 1, d
+
+    def make():
+        x = torch.randn(1)
+        return x, x.expand(2)
+
+    check(f, make)
+
+
+OVERLAPPING_AS_STRIDED = {
+    "fill_": lambda v, s: v.fill_(0.25),
+    "zero_": lambda v, s: v.zero_(),
+    "copy_ of one element": lambda v, s: v.copy_(s[:1, :1]),
+    "copy_ of its own data": lambda v, s: v.copy_(v.detach()),
+    "setitem of a scalar": lambda v, s: v.__setitem__(0, 3.0),
+    "setitem of a one-element tensor": lambda v, s: v.__setitem__(slice(None), s[1, 1]),
+}
+
+
+@pytest.mark.parametrize("write", sorted(OVERLAPPING_AS_STRIDED))
+@pytest.mark.parametrize("grad_mode", [True, False])
+def test_write_through_overlapping_as_strided(write, grad_mode):
+    """Fuzz seeds 400788, 402091: eager lets these through ("too hard" to detect)."""
+
+    def f(a, s):
+        t = a.sin()
+        v = t.as_strided((3, 2), (1, 1), 1)
+        OVERLAPPING_AS_STRIDED[write](v, s)
+        return t, (v * 2).sum()
+
+    check(f, lambda: (torch.randn(6, requires_grad=True), torch.randn(3, 2, requires_grad=True)),
+          grad_mode=grad_mode)
+
+
+@pytest.mark.parametrize("grad_mode", [True, False])
+def test_masked_fill_through_overlapping_as_strided(grad_mode):
+    """Without autograd recording it: a location is written where any element's mask holds."""
+
+    def f(a, s):
+        t = a.sin()
+        t.as_strided((3, 2), (1, 1), 1).masked_fill_(s > 0, 7.0)
+        return t
+
+    check(f, lambda: (torch.randn(6), torch.randn(3, 2)), grad_mode=grad_mode)
+
+
+def test_masked_fill_through_overlapping_as_strided_recorded_is_refused():
+    """Eager's backward copies the masked gradient into the overlapping view: a location
+    masked for one of its elements and not another gets the last one written."""
+
+    def f(a, s):
+        t = a.sin()
+        t.as_strided((3, 2), (1, 1), 1).masked_fill_(s > 0, 7.0)
+        return t
+
+    with pytest.raises(aotgrad.errors.AotgradCompileError, match="loop order"):
+        aotgrad.aot_function(f, nop)(torch.randn(6, requires_grad=True), torch.randn(3, 2))
+
+
+def test_write_through_overlapping_unfold():
+    def f(a):
+        t = a * 3
+        w = t.unfold(0, 3, 1)
+        w.fill_(1.0)
+        t.unfold(0, 2, 1)[1].mul_(4)
+        return t
+
+    check(f, lambda: (torch.randn(6, requires_grad=True),))
+
+
+def test_write_through_overlapping_input_as_strided():
+    """Fuzz seed 400788's input, ``x.as_strided((3, 2), (1, 1), 0)``, written in place."""
+
+    def f(a):
+        a.masked_fill_(a > 0, 0.0)
+        a[0] = 1.0
+        return a, a.t()
+
+    check(f, lambda: (torch.randn(2, 3, 4).as_strided((3, 2), (1, 1), 0),))
+
+
+@pytest.mark.parametrize("op", ["neg_", "sub_", "copy_ of varying values", "setitem of a row"])
+def test_loop_order_dependent_write_is_refused(op):
+    """Eager's result is its loop order's (a location shared by two elements is written
+    twice, the second reading the first's result): refused, naming the line."""
+    writes = {
+        "neg_": lambda v, s: v.neg_(),
+        "sub_": lambda v, s: v.sub_(s, alpha=2),
+        "copy_ of varying values": lambda v, s: v.copy_(s),
+        "setitem of a row": lambda v, s: v.__setitem__(slice(None), s[0]),
+    }
+
+    def f(a, s):
+        t = a.clone()
+        writes[op](t.as_strided((2, 2), (1, 1)), s)
+        return t
+
+    with pytest.raises(aotgrad.errors.AotgradCompileError, match="loop order|visits the elements"):
+        aotgrad.aot_function(f, nop)(torch.randn(4), torch.randn(2, 2))
+
+
+@pytest.mark.parametrize("op", ["add_", "copy_", "setitem", "fill_ of a tensor", "out="])
+def test_eager_refusal_of_stride0_output_is_raised(op):
+    """Eager's TensorIterator refuses an output with a stride-0 dim of size > 1: its error."""
+    writes = {
+        "add_": lambda e: e.add_(1),
+        "copy_": lambda e: e.copy_(torch.ones(3, 4)),
+        "setitem": lambda e: e.__setitem__(slice(None), 1.0),
+        "fill_ of a tensor": lambda e: e.fill_(torch.tensor(1.0)),
+        "out=": lambda e: torch.mul(torch.ones(3, 4), 2, out=e),
+    }
+
+    def f(a):
+        t = a * 2
+        writes[op](t.expand(3, 4))
+        return t
+
+    a = torch.randn(4)
+    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor") as eager:
+        f(a)
+    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor") as compiled:
+        aotgrad.aot_function(f, nop)(a)
+    assert type(compiled.value) is type(eager.value)
+
+
+@pytest.mark.parametrize("write", ["fill_", "masked_fill_", "zero_"])
+def test_backward_through_recorded_stride0_write_raises_eagers_error(write):
+    """Eager's forward writes; its backward (CopySlices copying the gradient into the
+    expanded view's geometry) raises. The compiled forward writes, its backward raises too."""
+
+    def f(a):
+        t = a * 2
+        e = t.expand(3, 4)
+        {"fill_": lambda: e.fill_(1.0), "zero_": e.zero_,
+         "masked_fill_": lambda: e.masked_fill_(torch.tensor([True, False, True, False]), 1.0)}[write]()
+        return t
+
+    a = torch.randn(4, requires_grad=True)
+    eager_out = f(a)
+    compiled_out = aotgrad.aot_function(f, nop)(a)
+    assert torch.equal(eager_out, compiled_out)
+    for out in (eager_out, compiled_out):
+        with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+            out.sum().backward()
+
+
+def test_exact_values_where_sum_to_would_round():
+    """Functionalization's expand inverse, ``b + sum_to(new - b)``, is off by rounding for a
+    large ``b``; the location write is exact."""
+
+    def f(a):
+        t = a.clone()
+        t.expand(2, 3)[0].fill_(0.5)
+        return t
+
+    a = torch.full((3,), 1e8)
+    assert torch.equal(aotgrad.aot_function(f, nop)(a), f(a))
