@@ -2820,3 +2820,23 @@ def f(a, s):
         modes=['grad'],
         seed=19131,
     )
+
+
+def test_stale_unbind_view_after_no_grad_transpose__of_base():
+    """Crashed the process (a segfault in autograd's replay of unbind's view chain on a base
+    that transpose_ re-shaped; fuzz seed 412400): multi-output views are never replayed."""
+    check_case(
+        source='''
+def f(k, a):
+    t0, t1, t2 = a.unbind(0)
+    with torch.no_grad():
+        a.transpose_(0, 2)
+    t11 = t2.detach()
+    t12 = t11 - t11
+    return [t11, t11, t12 + t1.detach()]
+''',
+        inputs={'bases': [{'shape': [3, 1, 2], 'dtype': 'float64', 'rg': True}], 'args': [{'kind': 'value', 'value': 1}, {'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        post=[(1, 'add_(1)')],
+        modes=['grad', 'grad'],
+        seed=12400,
+    )

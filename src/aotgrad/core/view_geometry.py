@@ -403,6 +403,11 @@ def _autograd_replays(view: FunctionalTensor) -> bool:
     write through a view of a traced tensor, in the write's backward) gives ``view``'s
     geometry. It does not after an in-place metadata op on the view (or on a view it was
     taken from): the recorded chain misses that op."""
+    if torch._C._autograd._get_creation_meta(view) != torch._C._autograd.CreationMeta.DEFAULT:
+        # autograd never replays such a view (multi-output, no_grad, inference mode): a write
+        # through it or a recorded use once stale raises, in eager as in the analysis run.
+        # (Replaying unbind's chain on a base an in-place metadata op re-shaped crashes.)
+        return True
     base = view._base
     # compared on functionalization's values (an in-place op may have re-laid out both)
     base_geometry, view_geometry = functional_geometry(base), functional_geometry(view)
