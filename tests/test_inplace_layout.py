@@ -381,3 +381,27 @@ def test_input_geometry_changed_after_stride_following_op(meta: str, maker: str,
     ``view(shape)``, which recomputes the strides of size-1 dims."""
     source = f"def f(a):\n    t = {MAKERS[maker]}\n    {METADATA_OPS[meta]}\n    return t, t.sum()\n"
     _case(source, layout, rg=rg)
+
+
+#: empty tensors whose strides the kernels and the trace's meta functions choose otherwise
+EMPTY_VIEWS = {
+    "diagonal_of_split": ([4, 4, 2], "t = a.split(3, 1)[1].diagonal(-1, 1, 0)"),
+    "narrow_0": ([3, 4], "t = a.t().narrow(0, 0, 0)"),
+    "empty_slice_of_transposed": ([2, 3, 4], "t = a.transpose(0, 2)[:, 3:]"),
+}
+
+
+@pytest.mark.parametrize("op", ["sigmoid_", "mul_", "fill_"])
+@pytest.mark.parametrize("view", sorted(EMPTY_VIEWS))
+def test_empty_tensor_keeps_layout_through_inplace_op(view: str, op: str) -> None:
+    """Was (1, 1)-strided where eager has (1, 10) (fuzz seed 410274): full_like of an empty
+    view keeps its strides in eager, meta makes them contiguous, and the in-place op's layout
+    was taken from the trace."""
+    shape, make = EMPTY_VIEWS[view]
+    write = {"sigmoid_": "u.sigmoid_()", "mul_": "u.mul_(2)", "fill_": "u.fill_(1.0)"}[op]
+    source = f"def f(a):\n    {make}\n    u = torch.full_like(t, 0.5)\n    {write}\n    return u, t.clone()\n"
+    check_case(
+        source=source,
+        inputs={"bases": [{"shape": shape, "dtype": "float32", "rg": False}], "args": [{"kind": "tensor", "base": 0, "expr": "x"}]},
+        seed=4,
+    )

@@ -202,7 +202,7 @@ def _keeping_layout(root: FunctionalTensor, func, args: tuple, kwargs: dict, *, 
     has (``root``'s own strides where it is dense; same size, no overlap; symbolic strides
     the shape environment cannot prove equal count as another layout), or ``root`` has a
     size-1 dim and ``size1_unknown`` (the kernels' strides there may not be the trace's, see
-    :class:`EagerRewrites`): the graph then gets ``copy(empty_like(old value), new value)``,
+    :class:`EagerRewrites`), or ``root`` is empty: the graph then gets ``copy(empty_like(old value), new value)``,
     laid out at run time as the kernels laid out the old value (size-1 dims included).
     ``root``'s views are regenerated off the new value. Autograd sees nothing of it (the
     same values)."""
@@ -217,10 +217,13 @@ def _keeping_layout(root: FunctionalTensor, func, args: tuple, kwargs: dict, *, 
         if not dense and (not _static(old) or _overlaps(old)):
             return out
         size1 = any(type(n) is int and n == 1 for n in old.shape)  # sizes 0 and 1 are never symbolic
+        # an empty tensor's strides are the kernels' choice as much as the trace's (full_like
+        # of an empty diagonal keeps its strides in eager, meta makes them contiguous)
+        empty = any(type(n) is int and n == 0 for n in old.shape)
         with disable_functional_mode(), torch.no_grad():
             like = torch.empty_like(old)
             target = old.stride() if dense else like.stride()
-            if _known_equal(new.stride(), target) and not (size1_unknown and size1):
+            if _known_equal(new.stride(), target) and not (size1_unknown and size1) and not empty:
                 return out  # the unused empty_like is dropped with the trace's dead code
             relaid = torch.ops.aten.copy.default(like, new)
         # in the op's grad mode: functionalization counts this as part of its mutation
