@@ -219,14 +219,31 @@ def _same(t: Any) -> Any:
     return t
 
 
-def versions_unchecked(checked: EagerSavedTensors | None, force: bool = False) -> contextlib.AbstractContextManager:
-    """Where the program changes a tensor eager saved after saving it (or, ``force``, detaches
-    it in place), the trace's own autograd must still differentiate it (the runtime's
-    backward raises eager's error before that gradient is used): saved-tensor hooks that
-    pass the tensor through turn autograd's unpacking checks off. Elsewhere a no-op."""
-    if not force and (checked is None or not checked.changed_by_program):
-        return contextlib.nullcontext()
-    return torch.autograd.graph.saved_tensors_hooks(_same, _same)
+def _with_version(t: torch.Tensor) -> tuple[torch.Tensor, int]:
+    return t, t._version
+
+
+def _checking_version(packed: tuple[torch.Tensor, int]) -> torch.Tensor:
+    """Autograd's version check on a saved tensor, without its check that a saved non-leaf
+    input was not detached in place since."""
+    t, version = packed
+    if t._version != version:
+        raise RuntimeError(f"{_MODIFIED}: {_describe(t)} is at version {t._version}; expected version {version} instead. {_HINT}")
+    return t
+
+
+def versions_unchecked(checked: EagerSavedTensors | None, detaches: bool = False) -> contextlib.AbstractContextManager:
+    """Where the program changes a tensor eager saved after saving it, the trace's own
+    autograd must still differentiate it (the runtime's backward raises eager's error before
+    that gradient is used): saved-tensor hooks that pass the tensor through turn autograd's
+    version check off. Else, where the program ``detaches`` an input in place (the trace's
+    copy of it, which autograd may have saved: the analysis holds eager's errors for it),
+    hooks that check versions as autograd does, and not that. Elsewhere a no-op."""
+    if checked is not None and checked.changed_by_program:
+        return torch.autograd.graph.saved_tensors_hooks(_same, _same)
+    if detaches:
+        return torch.autograd.graph.saved_tensors_hooks(_with_version, _checking_version)
+    return contextlib.nullcontext()
 
 
 class SavedVersions:

@@ -276,7 +276,7 @@ def trace_joint(
     def joint(primals: list, tangents: list) -> list:
         # (an input detached in place after autograd saved it: the analysis holds eager's
         # errors for it, the trace's own unpacking would refuse it)
-        unchecked = versions_unchecked(md.eager_saved, force=bool(md.detached_in_place))
+        unchecked = versions_unchecked(md.eager_saved, detaches=bool(md.detached_in_place))
         mode = FunctionalTensorMode()
         with mode:
             f_primals = [to_functional(p) for p in primals]
