@@ -47,6 +47,8 @@ PART_WRITES = {
     "view of a view mul_": lambda e, b: e[1][2:].mul_(2),
     "setitem of a scalar": lambda e, b: e.__setitem__(2, 3.0),
     "setitem of a tensor": lambda e, b: e.__setitem__((1, slice(1, 3)), b[0, :2]),
+    # eager's copy returns at once: the value, expanded, is the region's own memory
+    "setitem of its own data over a stride-0 dim": lambda e, b: e.__setitem__(slice(None, None, 2), e[0]),
     "addcmul_ after squeeze_": lambda e, b: e.unsqueeze_(0).squeeze_(0)[1].addcmul_(b[0], b[0]),
 }
 
@@ -249,3 +251,17 @@ def test_exact_values_where_sum_to_would_round():
 
     a = torch.full((3,), 1e8)
     assert torch.equal(aotgrad.aot_function(f, nop)(a), f(a))
+
+
+def test_setitem_through_dtype_view_of_expanded_input_is_refused():
+    """``a.expand(3).view(torch.int32)[0] = 1``: functionalization's view(dtype) is an alias
+    (``detach``) of the expanded tensor, cut off from ``a``: refused, naming the line (the
+    write was silently lost before: fuzz regression test_setitem_through_int32_view_of_expanded_input)."""
+
+    def f(a):
+        t = a.expand(3).view(torch.int32)
+        t[0] = 1
+        return t, a
+
+    with pytest.raises(aotgrad.errors.AotgradCompileError, match="view\\(dtype\\)"):
+        aotgrad.aot_function(f, nop)(torch.randn(1))

@@ -186,7 +186,6 @@ def f(b):
     )
 
 
-@XFAIL("functionalization raises 'encountered a mutation on a view chain ... as_strided()' (no user source line either)")
 def test_mutation_through_as_strided_view_chain():
     """A mutation through a view chain that contains as_strided is legal in eager."""
     check_case(
@@ -220,7 +219,6 @@ def f(c):
     )
 
 
-@XFAIL("aotgrad rejects an in-place op on an expanded (stride-0) view at compile time (AotgradCompileError 'functionalization cannot express a write through memory that overlaps itself'); eager allows it")
 def test_zero__on_expanded_input():
     """zero_() on an expanded (overlapping) input is legal in eager."""
     check_case(
@@ -795,7 +793,6 @@ def f(b):
     )
 
 
-@XFAIL("aotgrad raises 'more than one element of the written-to tensor refers to a single memory location' (the write-back into the expanded input)")
 def test_setitem_on_row_of_expanded_input():
     """b = x.expand(2, 3); b[1] = 1.0 writes x once (b[1] does not overlap itself): legal in eager."""
     check_case(
@@ -1104,7 +1101,7 @@ def f(c):
     )
 
 
-@XFAIL("aotgrad rejects add_ on a self-overlapping input at compile time (AotgradCompileError 'functionalization cannot express a write through memory that overlaps itself'); eager writes element by element, adding 1 twice to the shared element (aotgrad gave wrong values before it rejected this)")
+@XFAIL("deliberately refused (docs/user-guide.md): eager's add_ through a self-overlapping as_strided input is its kernel's loop order (the shared element gets 1 added twice); aotgrad raises AotgradCompileError naming the line (core/overlapping_writes.py); the generator no longer writes such programs")
 def test_inplace_add_on_self_overlapping_as_strided_input():
     """c = x.as_strided((2, 2), (1, 1), 0): c[0, 1] and c[1, 0] are the same element; eager does not reject the in-place op (no stride 0), it writes element by element."""
     check_case(
@@ -1289,7 +1286,6 @@ def f(a):
     )
 
 
-@XFAIL("aotgrad raises 'self.dim() cannot be 0 to view Long as Float (different element sizes)': the write-back through expand + select produces int64, not int32")
 def test_mutation_through_expand_of_int32_view_of_0d_intermediate():
     """t1 = (b * 1).view(torch.int32) (0-d); t1.expand(3)[0].mul_(2) writes t1 (one element): legal in eager."""
     check_case(
@@ -1596,7 +1592,7 @@ def f(a):
     )
 
 
-@XFAIL("wrong output values ([0, 0, 0] where eager has [1, 1, 1]): the write through an int32 view of an expanded input is lost (not rejected as a self-overlapping write either)")
+@XFAIL("refused at compile time (AotgradCompileError naming the line): functionalization makes view(dtype) an alias (detach) of the expanded tensor, cut off from the input, so the locations written cannot be expressed on a base (the write was silently lost before)")
 def test_setitem_through_int32_view_of_expanded_input():
     """t1 = a.expand(3).view(torch.int32); t1[0] = 1.0 writes a's one element, so every t1[i] reads 1 in eager."""
     check_case(
@@ -2401,7 +2397,6 @@ def f(a, b):
     )
 
 
-@XFAIL("aotgrad rejects the write through a self-overlapping (expanded) view at compile time; eager allows it (here every overlapping write stores the same values)")
 def test_torch_divergence_5568_20():
     """torch's aot_function differs from eager here: call: impl raised, eager did not: RuntimeError: more than one element of the written-to tensor r"""
     check_case(
@@ -2618,7 +2613,6 @@ def f(a):
     )
 
 
-@XFAIL("aotgrad rejects an in-place op on an expanded (stride-0) view at compile time (AotgradCompileError 'functionalization cannot express a write through memory that overlaps itself'); eager allows it")
 def test_masked_fill__through_expand_of_as_strided__input():
     """In-place masked_fill_ through an expanded view of an input that was as_strided_()d."""
     check_case(
@@ -2636,7 +2630,6 @@ def f(a):
     )
 
 
-@XFAIL("aotgrad rejects an in-place op on an expanded (stride-0) view at compile time (AotgradCompileError 'functionalization cannot express a write through memory that overlaps itself'); eager allows it")
 def test_fill__through_expanded_view_of_input():
     """c.expand(2, 3).fill_(0.5) must fill the input c."""
     check_case(

@@ -206,11 +206,24 @@ def overlapping_write(
     if type(root) is not FunctionalTensor:
         return False, None
     root_geometry = _geometry(root)
+    if root_geometry is not None and _has_expand(root) and not dest_overlaps:
+        # no element of ``dest`` shares memory with another: functionalization's replay is
+        # exact up to rounding (the expand's inverse adds and subtracts the old value), and
+        # the base is out of reach (below)
+        return False, None
     if root_geometry is None or _has_expand(root):
         raise AotgradCompileError(
-            f"aotgrad: in-place {name} at {current_user_line()} writes through a view whose base "
-            "is itself an expand()ed tensor detached from its storage's root (or has symbolic "
-            "sizes): the write cannot be expressed on that base. Write into a clone() instead."
+            f"aotgrad: in-place {name} at {current_user_line()} writes through memory that overlaps "
+            "itself, by a view whose base is an expand()ed tensor cut off from its storage's root "
+            "(a detach() or view(dtype) of it: functionalization makes the latter an alias of its "
+            "input), or has symbolic sizes: the locations written cannot be expressed on a base. "
+            "Write into a clone() instead."
+        )
+    if dest.dtype != root.dtype and dest.element_size() != root.element_size():
+        raise AotgradCompileError(
+            f"aotgrad: in-place {name} at {current_user_line()} writes through a view of another "
+            "element size (view(dtype)) whose memory overlaps itself; this is not supported. "
+            "Write into a clone() instead."
         )
     if name == "__setitem__":
         return True, _setitem(dest, root, geometry, root_geometry, args, commit)
@@ -271,9 +284,12 @@ def _setitem(dest, root, geometry, root_geometry, args: tuple, commit) -> None:
         overlap_of(region_geometry[0], region_geometry[1]) if region_geometry is not None
         else overlap_of(geometry[0], geometry[1])
     )
-    if region_overlap is Overlap.STRIDE0 and basic:
+    # eager expands the value to the region and copies, which returns at once where that is
+    # the region's own memory laid out as it (each element gets its location's value)
+    same = basic and region is not None and _same_data(region, value, broadcast=True)
+    if region_overlap is Overlap.STRIDE0 and basic and not same:
         raise RuntimeError(_EAGER_INTERNAL_OVERLAP)
-    if region_overlap is not Overlap.NONE and not _one_element(value):
+    if region_overlap is not Overlap.NONE and not _one_element(value) and not same:
         _refuse_loop_order("__setitem__", "elements sharing memory are assigned different values")
     values = dest.clone()
     values[index] = value
@@ -304,6 +320,8 @@ def _write_locations(root, geometry, root_geometry, values, writer, commit, writ
     if writer is not None:
         # a non-writer goes to the slot past the span, which no root element reads
         index = torch.where(writer.expand(geometry[0]).reshape(-1), index, span)
+    if values.dtype != root.dtype:
+        values = values.view(root.dtype)  # the same bits (a view(dtype) of one element size)
     flat = values.reshape(-1)
     at = torch.zeros(span + 1, dtype=values.dtype, device=device).index_put((index,), flat)
     hit = torch.zeros(span + 1, dtype=torch.bool, device=device).index_put(
@@ -378,12 +396,38 @@ def _shares_storage(a: Any, b: torch.Tensor) -> bool:
 def _same_data_copy(name: str, dest: torch.Tensor, args: tuple) -> bool:
     """``dest.copy_(src)`` where ``src`` is ``dest``'s own memory laid out as it: eager's
     ``copy_`` returns at once (each element gets the value its location holds)."""
-    if name != "copy_" or len(args) < 2 or not isinstance(args[1], torch.Tensor):
+    return name == "copy_" and len(args) > 1 and _same_data(dest, args[1], broadcast=False)
+
+
+def _same_data(dest: torch.Tensor, src: Any, *, broadcast: bool) -> bool:
+    """``src`` (expanded to ``dest``'s shape where ``broadcast``, as ``__setitem__`` does) is
+    ``dest``'s memory laid out as ``dest``: same storage, dtype, sizes, strides and offset."""
+    if not isinstance(src, torch.Tensor) or not _shares_storage(src, dest) or src.dtype != dest.dtype:
         return False
-    src = args[1]
-    if not _shares_storage(src, dest) or src.dtype != dest.dtype:
+    d, g = _geometry(dest), _geometry(src)
+    if d is None or g is None:
         return False
-    return _geometry(src) == _geometry(dest) and _geometry(src) is not None
+    if broadcast:
+        g = _expanded(g, d[0])
+    return g == d
+
+
+def _expanded(geometry, size: tuple[int, ...]):
+    """The geometry of ``expand(size)`` of a tensor laid out as ``geometry`` (None where it
+    does not broadcast): new leading dims and expanded size-1 dims get stride 0."""
+    src_size, src_stride, offset = geometry
+    if len(src_size) > len(size):
+        return None
+    lead = len(size) - len(src_size)
+    stride = [0] * lead
+    for n, (m, st) in zip(size[lead:], zip(src_size, src_stride)):
+        if m == n:
+            stride.append(st)
+        elif m == 1:
+            stride.append(0)
+        else:
+            return None
+    return tuple(size), tuple(stride), offset
 
 
 def _basic_index(index: Any) -> bool:
