@@ -17,6 +17,7 @@ modes: meta tensors hold no data), so a shadow's geometry is eager's at every st
 from __future__ import annotations
 
 import contextlib
+import math
 from typing import Any
 
 import torch
@@ -76,12 +77,52 @@ class EagerViewGeometry(TorchFunctionMode):
         self.view_versions: dict[int, tuple[torch.Tensor, int]] = {}
         #: id(view) -> (the view, its base's geometry when the view was made)
         self.base_geometry_at_view: dict[int, tuple[torch.Tensor, Geometry]] = {}
+        #: ids of the inputs whose caller's tensor is its whole storage (no view, contiguous,
+        #: offset 0): no synthetic base is made for them
+        self.covering_inputs: set[int] = set()
         with _disable_current_modes():
             for f, fake in inputs:
                 storage = torch.empty(
                     fake.untyped_storage().nbytes() // fake.element_size(), dtype=fake.dtype, device="meta"
                 )
                 self.shadows[id(f)] = (f, storage.as_strided(*_geometry(fake)))
+                if _covers_storage(fake):
+                    self.covering_inputs.add(id(f))
+
+    def _as_strided_of_merged_input(self, name: str, args: tuple, kwargs: dict) -> tuple | None:
+        """The arguments to run ``as_strided`` (out of place) of a re-laid-out input with in
+        this run, where that input is sure to get a synthetic base; None where it is not.
+
+        Such an input is data-mutated and addressed by storage (``InputInfo.addresses_storage``)
+        and does not cover its storage (it would not be re-laid out), so the program is analysed
+        and traced again over a synthetic base: the whole storage, laid out as eager's, where
+        eager's offsets name eager's elements. This run's values are not used then (only its
+        mutation and aliasing flags and eager's geometry, from the shadows), so its as_strided
+        only has to stay within the functional storage: eager's arguments where they do, else a
+        contiguous layout at offset 0; None where neither fits (the caller refuses)."""
+        t = args[0]
+        if name != "as_strided" or id(t) in self.covering_inputs:
+            return None
+        try:
+            size = tuple(args[1] if len(args) > 1 else kwargs["size"])
+            stride = tuple(args[2] if len(args) > 2 else kwargs["stride"])
+            offset = args[3] if len(args) > 3 else kwargs.get("storage_offset")
+        except (KeyError, IndexError):
+            return None
+        with torch._C.DisableTorchFunction():
+            offset = t.storage_offset() if offset is None else offset
+            capacity = t.untyped_storage().nbytes() // t.element_size()
+        values = (*size, *stride, offset, capacity)
+        if any(type(v) is not int for v in values) or "storage_offset" in kwargs or "size" in kwargs:
+            return None
+        if any(n == 0 for n in size):
+            return args
+        if min(stride, default=0) >= 0 and offset + sum((n - 1) * st for n, st in zip(size, stride)) < capacity:
+            return args
+        if math.prod(size) > capacity:
+            return None
+        contiguous = tuple(math.prod(size[k + 1:]) for k in range(len(size)))
+        return (t, size, contiguous, 0)
 
     def _shadow(self, t: Any) -> torch.Tensor | None:
         entry = self.shadows.get(id(t)) if isinstance(t, FunctionalTensor) else None
@@ -214,13 +255,16 @@ class EagerViewGeometry(TorchFunctionMode):
                 self._refuse_unreplayable_view(_name_of(func), args, kwargs, out)
             return out
         name = getattr(func, "__name__", "")
+        call_args = args
         if name in _STORAGE_ADDRESSING and _relaid_out(args[0], shadow):
-            raise AotgradCompileError(
-                f"aotgrad: {name} at {current_user_line()} on a tensor that functionalization "
-                "lays out otherwise than eager (a sliced or non-contiguous input after an in-place "
-                "op on it): its offsets and strides would name other elements. Take as_strided "
-                "before the in-place op, or of a clone()."
-            )
+            call_args = self._as_strided_of_merged_input(name, args, kwargs)
+            if call_args is None:
+                raise AotgradCompileError(
+                    f"aotgrad: {name} at {current_user_line()} on a tensor that functionalization "
+                    "lays out otherwise than eager (a sliced or non-contiguous input after an in-place "
+                    "op on it): its offsets and strides would name other elements. Take as_strided "
+                    "before the in-place op, or of a clone()."
+                )
         if name == "as_strided_" and _past_functional_storage(args, kwargs, shadow):
             raise AotgradCompileError(
                 f"aotgrad: as_strided_ at {current_user_line()} re-strides an input (or a view or "
@@ -228,7 +272,7 @@ class EagerViewGeometry(TorchFunctionMode):
                 "own extent; functionalization holds only the input's own elements. Use "
                 "as_strided (out of place), or pass the tensor that owns the storage."
             )
-        out = func(*args, **kwargs)
+        out = func(*call_args, **kwargs)
         with torch._C.DisableTorchFunction():  # the attribute reads below are no program ops
             self._follow(func, name, args, kwargs, shadow, out)
             self._note_roots(func, out)
@@ -464,6 +508,17 @@ def functional_geometry(t: FunctionalTensor) -> Geometry:
     with torch._C.DisableTorchFunction():
         torch._sync(t)
         return _geometry(torch._from_functional_tensor(t.elem))
+
+
+def _covers_storage(t: torch.Tensor) -> bool:
+    """``t`` is its storage (as ``aliasing._covers_storage``, which makes no synthetic base
+    for such an input)."""
+    return (
+        t._base is None
+        and t.storage_offset() == 0
+        and t.is_contiguous()
+        and t.numel() * t.element_size() == t.untyped_storage().nbytes()
+    )
 
 
 def _relaid_out(t: FunctionalTensor, shadow: torch.Tensor) -> bool:
