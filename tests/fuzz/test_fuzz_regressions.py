@@ -2087,6 +2087,33 @@ def f(a, b, c):
     )
 
 
+def test_as_strided_of_diagonal_input_after_out_write_reaches_outside_it():
+    """as_strided of a view of an input (x.diagonal()) that an out= write re-laid out, naming elements of the storage outside the input: the input gets a synthetic base over its whole storage (was refused). (fuzz seed 400015)"""
+    check_case(
+        source='''
+def f(a, b, c):
+    t0 = c.diagonal(0, 0, 1)
+    a.add_(1)
+    t1 = c.expand(2, 2, 4)
+    torch.mul(b, 2, out=t0)
+    torch.mul(t0, 2, out=b)
+    with torch.no_grad():
+        t2 = torch.zeros((2, 2, 4))
+    t3 = t1 @ t1.mT
+    t0.squeeze_(0)
+    t4 = t3.relu()
+    t6, t7 = t4.split(1, 0)
+    t8 = b[0]
+    t9 = t8.as_strided((1, 3), (9, 2), 0)
+    return a, t2, t9
+''',
+        inputs={'bases': [{'shape': [2, 4], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 0, 'expr': 'x.diagonal()'}, {'kind': 'tensor', 'base': 0, 'expr': 'x.detach()'}]},
+        post=[],
+        modes=['grad'],
+        seed=15,
+    )
+
+
 # --------------------------------------------------------------------------- found against torch's aot_function
 # (AOTGRAD_FUZZ_IMPL=torch); checked here against aotgrad.
 
