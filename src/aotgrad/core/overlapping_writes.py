@@ -44,6 +44,7 @@ from typing import Any
 
 import torch
 import torch._C._functionalization as functionalization
+from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch._subclasses.functional_tensor import FunctionalTensor
 
 from ..errors import AotgradCompileError, current_user_line
@@ -195,6 +196,11 @@ def overlapping_write(
     dest_overlaps = geometry is not None and overlaps_itself(geometry[0], geometry[1])
     if geometry is not None and not dest_overlaps and not chain:
         return False, None
+    if geometry is None and not chain:
+        with torch._C.DisableTorchFunction():
+            if is_non_overlapping_and_dense_or_false(dest):
+                # provably no overlap with symbolic sizes (no guard is added): the plain op
+                return False, None
     if geometry is None:
         # a symbolic trace falls back to a static one (core/pipeline.py), where this is exact
         raise AotgradCompileError(
