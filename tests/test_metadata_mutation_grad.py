@@ -231,3 +231,36 @@ def test_grad_mode_metadata_mutation_of_a_view_of_a_leaf_raises_as_eager(view, i
         return (leaf if view == "leaf itself" else VIEWS_OF_LEAF[view](leaf),)
 
     check(f, make)
+
+
+#: in-place metadata ops that leave the geometry as it was
+NO_OP_METADATA = {
+    "transpose_0_0": "a.transpose_(0, 0)",
+    "transpose_-1_-1": "a.transpose_(-1, -1)",
+    "t_twice": "a.t_().t_()",
+    "as_strided_same": "a.as_strided_(a.shape, a.stride(), a.storage_offset())",
+}
+
+
+# (a use with grad after a no_grad metadata op of a view is
+# test_no_grad_metadata_mutation_of_input_viewing_a_leaf's)
+@pytest.mark.parametrize("ret,grad_mode", [("input", "grad"), ("use", "grad"), ("input", "no_grad")])
+@pytest.mark.parametrize("layout", ["x.clone().t()", "x * 1", "x.clone()[:, :1]"])
+@pytest.mark.parametrize("meta", sorted(NO_OP_METADATA))
+def test_no_op_metadata_mutation_keeps_the_gradient_layout(meta, layout, ret, grad_mode):
+    """Was .grad stride (2, 1) where eager has (1, 1) (fuzz seed 412251): the write back of a
+    recorded metadata op that changed nothing was an as_strided_, whose backward lays the
+    gradient out as the base; eager's history gains a view op that changes nothing (an
+    as_strided_ of the same geometry, and any under no_grad, do go through as_strided)."""
+    from tests.fuzz import harness
+
+    body = NO_OP_METADATA[meta]
+    if grad_mode == "no_grad":
+        body = f"with torch.no_grad():\n        {body}"
+    result = "a" if ret == "input" else "a.sin()"
+    harness.check_case(
+        source=f"def f(a):\n    {body}\n    return {result},\n",
+        inputs={"bases": [{"shape": [1, 2], "dtype": "float32", "rg": True}], "args": [{"kind": "tensor", "base": 0, "expr": layout}]},
+        impl=harness.aotgrad_impl,
+        seed=7,
+    )

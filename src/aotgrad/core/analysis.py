@@ -172,6 +172,13 @@ _ADDRESSES_INPUT_STORAGE = frozenset({"as_strided"})
 #: in-place-named methods that write no tensor data
 _NOT_WRITING_INPLACE = frozenset({"requires_grad_", "share_memory_", "detach_", "retain_grad_", "set_"})
 
+def _same_static_geometry(geometry: tuple, t: torch.Tensor) -> bool:
+    """``t`` has the (size, stride, storage_offset) ``geometry``, all static (no guard)."""
+    mine = (tuple(t.shape), tuple(t.stride()), t.storage_offset())
+    flat = (*geometry[0], *geometry[1], geometry[2], *mine[0], *mine[1], mine[2])
+    return not any(isinstance(v, torch.SymInt) for v in flat) and tuple(map(tuple, geometry[:2])) + (geometry[2],) == mine
+
+
 def _is_write(name: str) -> bool:
     """An in-place method name: ``add_``, ``__setitem__``, ``__iadd__``..."""
     if name.endswith("__"):
@@ -237,6 +244,9 @@ class _EagerChecks(TorchFunctionMode):
         #: graph input → (its entry geometry, the line) of an in-place metadata op on it under
         #: no_grad while it requires grad
         self.restrided_under_no_grad: dict[int, tuple[tuple, str]] = {}
+        #: graph inputs the program applies as_strided_ to (eager's history then goes
+        #: through AsStridedBackward, whatever geometry results)
+        self.as_strided_inputs: set[int] = set()
         #: graph input → (that op's line, the line) of its first use with grad recording in a
         #: geometry other than its entry one, after that op (see :func:`analyze`)
         self.used_after_no_grad_restride: dict[int, tuple[str, str]] = {}
@@ -382,6 +392,8 @@ class _EagerChecks(TorchFunctionMode):
                 self.storage_addressed.add(i)
         if name == "as_strided_" and args and isinstance(args[0], FunctionalTensor):
             v = args[0]
+            if (k := self.input_index.get(id(v))) is not None:
+                self.as_strided_inputs.add(k)
             is_input = v._base is None and StorageWeakRef(v.untyped_storage()) in self.input_storages
             # Exact only where the new layout addresses elements of the tensor's own data, as a
             # contiguous view starting where its base does (functionalization replays the write
@@ -543,6 +555,8 @@ def analyze(
                 requires_grad=fake.requires_grad,
                 is_leaf=fake.is_leaf,
                 new_view=geometry.geometry(f) if meta else None,
+                metadata_mutation_is_no_op=meta and i not in checks.as_strided_inputs
+                and i not in checks.restrided_under_no_grad and _same_static_geometry(geometry.geometry(f), fake),
                 addresses_storage=i in checks.storage_addressed,
                 sets_requires_grad=i in checks.inputs_set_requiring_grad,
                 detached_in_place=i in checks.detached_inputs,
