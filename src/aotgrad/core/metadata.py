@@ -85,6 +85,12 @@ class InputInfo:
     #: history, nothing after; the runtime detaches the caller's tensor once the forward and
     #: the write backs are done, before rebuilding the aliases of it that do not require grad
     detached_in_place: bool = False
+    #: the program's in-place metadata ops on this input leave its geometry as it was and
+    #: none is ``as_strided_`` nor under no_grad (``transpose_(0, 0)``): where autograd
+    #: records them, eager's
+    #: history gains view ops that change nothing, so nothing is replayed (an ``as_strided_``
+    #: would route the gradient through its backward, laid out as the base)
+    metadata_mutation_is_no_op: bool = False
 
     @property
     def mutated(self) -> bool:

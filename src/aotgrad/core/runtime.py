@@ -380,6 +380,8 @@ class Writeback:
     visible_to_autograd: bool
     #: (size, stride, storage_offset) after the call, for a metadata mutation
     new_view: tuple | None = None
+    #: ``InputInfo.metadata_mutation_is_no_op``
+    metadata_no_op: bool = False
 
 
 def _writebacks(metadata: ViewAndMutationMetadata, signature: GraphSignature) -> tuple[Writeback, ...]:
@@ -388,19 +390,27 @@ def _writebacks(metadata: ViewAndMutationMetadata, signature: GraphSignature) ->
     for k, i in enumerate(signature.mutated_inputs):
         info = metadata.input_info[i]
         out.append(
-            Writeback(start + k, i, info.mutates_data, info.mutates_metadata, info.mutation_visible_to_autograd, info.new_view)
+            Writeback(
+                start + k, i, info.mutates_data, info.mutates_metadata, info.mutation_visible_to_autograd,
+                info.new_view, info.metadata_mutation_is_no_op,
+            )
         )
     return tuple(out)
 
 
-def replay_metadata(real: torch.Tensor, new_view: tuple) -> None:
+def replay_metadata(real: torch.Tensor, new_view: tuple, no_op: bool = False) -> None:
     """Give ``real`` the (size, stride, storage_offset) the program left it with.
 
     As in eager, autograd records the change only where it sees it; on a leaf that requires
-    grad, or a view of one, eager only allows it under no_grad.
+    grad, or a view of one, eager only allows it under no_grad. A recorded ``no_op``
+    (:attr:`InputInfo.metadata_mutation_is_no_op`) is not replayed: its as_strided_ would put
+    AsStridedBackward in the history where eager's has view ops that change nothing.
     """
     of_leaf = real.is_leaf or (real._base is not None and real._base.is_leaf)
-    with torch.set_grad_enabled(torch.is_grad_enabled() and real.requires_grad and not of_leaf):
+    recorded = torch.is_grad_enabled() and real.requires_grad and not of_leaf
+    if no_op and recorded:
+        return
+    with torch.set_grad_enabled(recorded):
         _restride(real, new_view)
 
 
@@ -450,7 +460,7 @@ def apply_writebacks(
                 finally:
                     _set_grad_enabled(prev)
         if w.metadata:
-            replay_metadata(real, w.new_view if new_views is None else new_views[k])
+            replay_metadata(real, w.new_view if new_views is None else new_views[k], w.metadata_no_op)
 
 
 @dataclass(frozen=True)
