@@ -265,3 +265,39 @@ def test_setitem_through_dtype_view_of_expanded_input_is_refused():
 
     with pytest.raises(aotgrad.errors.AotgradCompileError, match="view\\(dtype\\)"):
         aotgrad.aot_function(f, nop)(torch.randn(1))
+
+
+def test_no_grad_write_through_expanded_view_returned():
+    """The view was made and written under no_grad: reading its grad_fn raises eager's error,
+    lazily (in the backward here), as eager's does; the compiled call itself does not."""
+
+    def f(a):
+        with torch.no_grad():
+            e = a.unsqueeze(0).expand(2, 4)
+            e.fill_(1.0)
+        return e, a * 2
+
+    check(f, lambda: (torch.randn(4, requires_grad=True).mul(1),))
+
+
+def test_augmented_assignment_into_part_of_expanded_view():
+    def f(a):
+        e = a.expand(2, 4)
+        e[1] += 1
+        return e, a * 2
+
+    check(f, lambda: (torch.randn(4, requires_grad=True).mul(1),))
+
+
+def test_detached_expanded_input_given_history_is_refused():
+    """A detach()ed expanded input written with an operand requiring grad gets an autograd
+    history of its own in eager, which the compiled call would copy into memory that overlaps
+    itself: refused."""
+
+    def f(c, v):
+        c.masked_fill_(torch.tensor([True, False, True, False]), v)
+        return c * 1
+
+    c = torch.randn(4).expand(3, 4).detach()
+    with pytest.raises(aotgrad.errors.AotgradCompileError, match="detach\\(\\)ed tensor whose elements overlap"):
+        aotgrad.aot_function(f, nop)(c, torch.tensor(2.0, requires_grad=True))

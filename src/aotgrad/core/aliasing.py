@@ -318,6 +318,13 @@ def plan_input_aliasing(
             and metadata.input_info[i].mutates_data
             and metadata.input_info[i].mutation_visible_to_autograd
         )
+        if any(_overlaps(call_inputs[i]) for i in separate):
+            raise AotgradCompileError(
+                f"aotgrad: input {next(i for i in separate if _overlaps(call_inputs[i]))}, a detach()ed "
+                "tensor whose elements overlap in memory (an expanded one), is written with an operand "
+                "that requires grad: eager gives it an autograd history of its own, which the compiled "
+                "call would copy into memory that overlaps itself. Pass a contiguous tensor (clone())."
+            )
         bases.append(
             SyntheticBase(
                 tuple(group), common, source, base_view, views, replay,

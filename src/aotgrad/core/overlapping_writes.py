@@ -348,6 +348,10 @@ def _refresh_history(dest: torch.Tensor) -> None:
     read; eager's write through ``dest`` gave it one at once. Read here, under the trace's
     modes (a read after the trace would replay the view outside them)."""
     with torch._C.DisableTorchFunction():
+        if not torch.is_grad_enabled() or not dest.requires_grad:
+            return  # eager's write recorded nothing either
+        if dest._base is not None and torch._C._autograd._get_creation_meta(dest) != torch._C._autograd.CreationMeta.DEFAULT:
+            return  # a no_grad or multi-output view: reading it raises eager's error, lazily
         dest.grad_fn  # noqa: B018 - the read regenerates it
 
 
