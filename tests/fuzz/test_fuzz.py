@@ -63,7 +63,6 @@ KNOWN: dict[str, list[str]] = {
     # --- raising where eager does not: detach() aliases of grad-requiring inputs treated as requiring grad
     # --- raising where eager does not: detach_() / in-place on leaves and their views
     "call: impl raised, eager did not: AotgradCompileError: aotgrad: the program detaches input N in": ["test_detach__of_input_sharing_storage_with_mutated_alias"],
-    "call: impl raised, eager did not: AotgradCompileError: aotgrad: input N, a view that requires gr": ["test_no_grad_metadata_mutation_of_view_input_of_leaf"],
     # --- raising where eager does not: writes through overlapping memory, as_strided_ beyond the view
     "call: impl raised, eager did not: AotgradCompileError: aotgrad: in-place": ["test_setitem_through_int32_view_of_expanded_input", "test_inplace_add_on_self_overlapping_as_strided_input", "test_data_mutation_through_view_of_input_moved_by_as_strided_", "test_setitem_after_as_strided__of_offset_input_to_storage_start", "test_out_write_into_view_restrided_past_its_extent", "test_mul__through_view_changed_by_t__is_refused", "test_mul__through_t__mutated_view_of_intermediate_grad"],
     # --- refused: a view changed by an in-place metadata op, used once its storage changed

@@ -1481,7 +1481,6 @@ def f(a, c):
     )
 
 
-@XFAIL("refused at compile time: an input viewing a leaf, re-strided under no_grad, then used with grad recording (eager rebuilds the view's grad_fn off its base; was: 'a view of a leaf Variable ...' at the call)")
 def test_no_grad_metadata_mutation_of_view_input_of_leaf():
     """a = x.t(), x a leaf requiring grad; a.unsqueeze_(0) under no_grad is legal in eager (so are t_, as_strided_)."""
     check_case(

@@ -164,6 +164,11 @@ _METADATA_INPLACE = frozenset(
 )
 
 
+#: in-place metadata ops whose new geometry names the same elements as the old one (a
+#: permutation of the dims, or a size-1 dim added or removed)
+SAME_ELEMENTS_INPLACE = frozenset({"t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_"})
+
+
 #: view ops whose offset and strides address the storage, not the tensor they are called on
 #: (``as_strided_`` too, but a synthetic base would make its input a view, on which
 #: functionalization replays it wrongly)
@@ -250,6 +255,10 @@ class _EagerChecks(TorchFunctionMode):
         #: graph input → (that op's line, the line) of its first use with grad recording in a
         #: geometry other than its entry one, after that op (see :func:`analyze`)
         self.used_after_no_grad_restride: dict[int, tuple[str, str]] = {}
+        #: of those, the inputs an op other than a permutation of the dims or a size-1 dim
+        #: change (``as_strided_``, ``resize_``) gave a geometry that may name other elements,
+        #: or that are re-laid out again after such a use
+        self.readdressed_under_no_grad: set[int] = set()
         #: graph inputs whose caller's tensor is an autograd view (eager refuses ``detach_()``)
         self.view_inputs: frozenset[int] = frozenset()
         #: graph inputs requiring grad that the program detaches in place → the user line
@@ -336,6 +345,10 @@ class _EagerChecks(TorchFunctionMode):
         if i is not None and name in _METADATA_INPLACE and not torch.is_grad_enabled() and t.requires_grad:
             entry = (tuple(t.shape), tuple(t.stride()), t.storage_offset())
             self.restrided_under_no_grad.setdefault(i, (entry, current_user_line()))
+            if name not in SAME_ELEMENTS_INPLACE or i in self.used_after_no_grad_restride:
+                # (another such op once a use was recorded: what autograd saved of the input
+                # changes its geometry under it, which the trace's copy does not reproduce)
+                self.readdressed_under_no_grad.add(i)
             return
         if not self.restrided_under_no_grad or not torch.is_grad_enabled():
             return
@@ -528,7 +541,10 @@ def analyze(
                 f"aotgrad: input {i} is detached in place (detach_()/requires_grad_(False)); "
                 "this is not supported. Detach it before the call, or use .detach()."
             )
-        if i in checks.used_after_no_grad_restride and fake._base is not None:
+        # (A permutation of the dims or a size-1 dim change names the same elements: eager's
+        # gradient to the base through the new geometry is the one through the entry geometry
+        # of what the trace computes, InputInfo.relaid_out_under_no_grad.)
+        if i in checks.used_after_no_grad_restride and fake._base is not None and i in checks.readdressed_under_no_grad:
             restride, use = checks.used_after_no_grad_restride[i]
             raise AotgradCompileError(
                 f"aotgrad: input {i}, a view that requires grad, has its size or stride changed in "
@@ -560,6 +576,7 @@ def analyze(
                 addresses_storage=i in checks.storage_addressed,
                 sets_requires_grad=i in checks.inputs_set_requiring_grad,
                 detached_in_place=i in checks.detached_inputs,
+                relaid_out_under_no_grad=i in checks.used_after_no_grad_restride and fake._base is not None,
             )
         )
         input_storages.setdefault(StorageWeakRef(f.untyped_storage()), i)

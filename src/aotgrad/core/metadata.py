@@ -85,6 +85,11 @@ class InputInfo:
     #: history, nothing after; the runtime detaches the caller's tensor once the forward and
     #: the write backs are done, before rebuilding the aliases of it that do not require grad
     detached_in_place: bool = False
+    #: a view requiring grad whose dims the program permutes (or whose size-1 dims it adds
+    #: or removes) in place under no_grad and then uses with grad recording: eager rebuilds
+    #: its history off its base in the new geometry, which names the same elements, so the
+    #: trace records those ops on a copy of the input as if grad were on
+    relaid_out_under_no_grad: bool = False
     #: the program's in-place metadata ops on this input leave its geometry as it was and
     #: none is ``as_strided_`` nor under no_grad (``transpose_(0, 0)``): where autograd
     #: records them, eager's

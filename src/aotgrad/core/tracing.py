@@ -27,7 +27,7 @@ from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
 from torch.overrides import TorchFunctionMode
 
 from ..errors import AotgradCompileError, compile_error_from
-from .analysis import Analysis, _sets_requires_grad, from_functional, to_functional
+from .analysis import SAME_ELEMENTS_INPLACE, Analysis, _sets_requires_grad, from_functional, to_functional
 from .eager_rewrites import EagerRewrites
 from .overlapping_writes import overlaps_itself
 from .saved_tensors import versions_unchecked
@@ -73,7 +73,9 @@ def _functional_forward(
                 geometry_changes = info.mutates_metadata and info.new_view != (
                     tuple(x.shape), tuple(x.stride()), x.storage_offset()
                 )
-                if protect_mutated_inputs and (info.mutates_data or info.detached_in_place) and x.requires_grad:
+                if protect_mutated_inputs and (
+                    info.mutates_data or info.detached_in_place or info.relaid_out_under_no_grad
+                ) and x.requires_grad:
                     inputs[i] = _clone_keeping_strides(x)
                     if not info.mutates_data:
                         continue  # detached in place (below); the clone absorbs the metadata changes
@@ -100,7 +102,11 @@ def _functional_forward(
         detaches = InPlaceDetaches({id(inputs[i]) for i in md.detached_in_place}) if (
             md.detached_in_place or signature.mutated_inputs
         ) else contextlib.nullcontext()
-        with detaches:
+        relaid = [i for i, x in enumerate(md.input_info) if x.relaid_out_under_no_grad]
+        relayouts = RecordedRelayouts({id(inputs[i]) for i in relaid}) if (
+            relaid and protect_mutated_inputs
+        ) else contextlib.nullcontext()
+        with detaches, relayouts:
             out_leaves, _ = program(*inputs)
         for i, (size, stride, offset) in entry_geometry.items():
             originals[i] = _in_geometry(inputs[i], size, stride, offset)
@@ -426,6 +432,28 @@ class InPlaceDetaches(TorchFunctionMode):
             if not value and args[0].requires_grad:
                 args[0].detach_()
                 return None if func is not torch._C.TensorBase.requires_grad_ else args[0]
+        return func(*args, **kwargs)
+
+
+class RecordedRelayouts(TorchFunctionMode):
+    """While the joint's program runs: an in-place metadata op under no_grad on the copy of an
+    input that is ``relaid_out_under_no_grad`` is run with grad recording. Eager's autograd
+    rebuilds the view's history off its base in the new geometry when it next records a use
+    of it; on the copy (no view) the op recorded as such gives the same gradient, as the
+    new geometry names the same elements (the analysis refuses other ops)."""
+
+    def __init__(self, copies: set[int]) -> None:
+        super().__init__()
+        self._copies = copies
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if (
+            args and id(args[0]) in self._copies and not torch.is_grad_enabled()
+            and getattr(func, "__name__", None) in SAME_ELEMENTS_INPLACE
+        ):
+            with torch.enable_grad():
+                return func(*args, **kwargs)
         return func(*args, **kwargs)
 
 

@@ -1,0 +1,148 @@
+"""An input that is a view requiring grad, whose dims the program permutes (``t_``,
+``transpose_``, ``swapdims_``) or whose size-1 dims it adds or removes (``unsqueeze_``,
+``squeeze_``) in place under no_grad, and then uses with grad recording (issue 12): eager
+rebuilds the view's history off its base in the new geometry. The new geometry names the
+same elements, so the gradient through it is the gradient through the entry geometry of what
+the trace computes (``InputInfo.relaid_out_under_no_grad``: the joint records those ops on a
+copy of the input). ``as_strided_`` there stays refused (it may name other elements)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from eager_compare import check
+
+import aotgrad
+from tests.fuzz import harness
+
+pytestmark = pytest.mark.usefixtures("shapes")
+
+
+def _view_of_non_leaf():
+    w = torch.randn(3, 4, requires_grad=True)
+    return ((w * 2)[1:],)
+
+
+def _transposed_view_of_non_leaf():
+    w = torch.randn(4, 3, requires_grad=True)
+    return ((w * 2).t(),)
+
+
+def _view_of_leaf():
+    return (torch.randn(3, 4, requires_grad=True)[1:],)
+
+
+def _t_then_use(a):
+    with torch.no_grad():
+        a.t_()
+    return a * 2, a.sum(0)
+
+
+def _transpose_then_write(a):
+    b = torch.ones_like(a).t().contiguous()
+    with torch.no_grad():
+        a.transpose_(0, 1)
+    a.mul_(b)  # a write autograd records through the view (not of a leaf's view: see make)
+    return a.exp()
+
+
+def _unsqueeze_then_use(a):
+    with torch.no_grad():
+        a.unsqueeze_(0)
+        a.swapdims_(1, 2)
+    return (a * a).sum(), a
+
+
+def _squeeze_then_use(a):
+    with torch.no_grad():
+        a.unsqueeze_(-1)
+        a.squeeze_(0)
+    y = a.cos()
+    return y, a.sin()
+
+
+def _use_before_and_after(a):
+    y = a * 3
+    with torch.no_grad():
+        a.t_()
+        z = a + 1  # not recorded
+    return y, a.tanh(), z
+
+
+@pytest.mark.parametrize(
+    "make", [_view_of_non_leaf, _transposed_view_of_non_leaf, _view_of_leaf], ids=["view", "t_view", "leaf_view"]
+)
+@pytest.mark.parametrize(
+    "fn", [_t_then_use, _transpose_then_write, _unsqueeze_then_use, _squeeze_then_use, _use_before_and_after]
+)
+def test_relaid_out_under_no_grad_as_eager(fn, make):
+    check(fn, make)
+
+
+def test_relaid_out_again_after_a_recorded_use_is_refused():
+    def f(a):
+        with torch.no_grad():
+            a.unsqueeze_(-1)
+        y = a.cos()  # autograd saves a, whose geometry the next op changes under it
+        with torch.no_grad():
+            a.squeeze_(-1)
+        return y, a.sin()
+
+    w = torch.randn(3, 4, requires_grad=True)
+    with pytest.raises(aotgrad.AotgradCompileError, match="has its size or stride changed in place under no_grad"):
+        aotgrad.aot_function(f, aotgrad.nop)((w * 2)[1:])
+
+
+def test_as_strided__under_no_grad_then_used_is_refused():
+    def f(a):
+        with torch.no_grad():
+            a.as_strided_((2, 2), (1, 4))
+        return a * 2
+
+    w = torch.randn(3, 4, requires_grad=True)
+    with pytest.raises(aotgrad.AotgradCompileError, match="has its size or stride changed in place under no_grad"):
+        aotgrad.aot_function(f, aotgrad.nop)((w * 2)[1:])
+
+
+@pytest.mark.parametrize(
+    "source, inputs, modes, post",
+    [
+        ("""
+def f(a, b, c, s, flag):
+    with torch.no_grad():
+        c.t_()
+    c.mul_(a)
+    return b, a
+""", {'bases': [{'shape': [1, 4], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 0, 'expr': 'x.clone().t()'}, {'kind': 'value', 'value': 2.0}, {'kind': 'value', 'value': False}]},
+         ['grad', 'no_grad'], []),
+        ("""
+def f(a, k):
+    with torch.no_grad():
+        a.transpose_(0, 1)
+    t0 = a.sum(k % a.dim())
+    with torch.no_grad():
+        t1 = t0 + a
+        a.zero_()
+        with torch.enable_grad():
+            t2 = a * t1
+    t7 = a.sum(k % a.dim())
+    return t7, t2
+""", {'bases': [{'shape': [1, 2, 3], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.as_strided((2, 1), (1, 3), 0)'}, {'kind': 'value', 'value': 1}]},
+         ['grad'], [(0, 'zero_()')]),
+        ("""
+def f(a, b):
+    with torch.no_grad():
+        b.copy_(a)
+        b.unsqueeze_(1)
+        t0 = b.unbind(0)[0]
+    t1 = t0.mean(-1)
+    return t1.unsqueeze(0), a + 1
+""", {'bases': [{'shape': [2], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x[::2]'}, {'kind': 'same', 'arg': 0}]},
+         ['grad'], []),
+    ],
+    ids=["400384", "401597", "402238"],
+)
+def test_fuzz_found_relaid_out_under_no_grad(source, inputs, modes, post, shapes):
+    if shapes == "dynamic":
+        pytest.skip("harness programs run static")
+    harness.check_case(source=source, inputs=inputs, post=post, modes=modes, seed=1, impl=harness.aotgrad_impl)
