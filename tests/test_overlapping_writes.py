@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from eager_compare import check
+from eager_compare import SHAPES, check
 
 import aotgrad
 from aotgrad.compilers import nop
+from tests.fuzz.harness import check_case
 
 pytestmark = pytest.mark.usefixtures("shapes")
 
@@ -301,3 +302,286 @@ def test_detached_expanded_input_given_history_is_refused():
     c = torch.randn(4).expand(3, 4).detach()
     with pytest.raises(aotgrad.errors.AotgradCompileError, match="detach\\(\\)ed tensor whose elements overlap"):
         aotgrad.aot_function(f, nop)(c, torch.tensor(2.0, requires_grad=True))
+
+
+# Fuzz programs (seed 400000 run) that were refused ("functionalization cannot express a write
+# through memory that overlaps itself"), compared with eager by the fuzz harness.
+FUZZ_CASES = {
+    400048: (
+        '''
+def f(a, b, c, d):
+    d.fill_(0.5)
+    t0 = d + 1
+    return t0, d, t0
+''',
+        {'bases': [{'shape': [1], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 0, 'expr': 'x.expand(2, *(1,))'}]},
+        ['grad'], 48,
+    ),
+    400058: (
+        '''
+def f(a):
+    t0 = a.detach()
+    t1 = t0.expand(2, 3, 2, 2)
+    t2 = t1.split(1, 1)[1]
+    t3 = a.cos()
+    t4 = t3.detach()
+    with torch.set_grad_enabled(True):
+        t5 = t4.sigmoid()
+        t6 = t5.view(-1)
+        t1[::2] = 1.0
+    t0.copy_(a)
+    t7 = t2.sin()
+    return t7, t2, t7
+''',
+        {'bases': [{'shape': [3, 2, 2], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.detach()'}]},
+        ['grad'], 58,
+    ),
+    400409: (
+        '''
+def f(a, k):
+    a[::2] = 1.0
+    a.squeeze_(1)
+    t0 = torch.ones_like(a)
+    t1 = a.cumsum(-2)
+    t2 = t0.flatten()
+    t3 = t0.sum(-1, keepdim=True)
+    return a,
+''',
+        {'bases': [{'shape': [2], 'dtype': 'float32', 'rg': False}, {'shape': [3, 2], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.expand(2, *(2,))'}, {'kind': 'value', 'value': 1}]},
+        ['grad'], 409,
+    ),
+    400588: (
+        '''
+def f(a, k):
+    a.clamp_(-0.5, 0.5)
+    t0 = a.expand(3, 2)
+    t0.fill_(0.5)
+    t1 = a[1:2]
+    t2 = t0.squeeze()
+    t3 = t2.relu()
+    t4 = a @ a
+    t5 = t2 @ a
+    t6 = t5.sin()
+    t7 = t6.prod()
+    t8 = t6 @ t3
+    t2.t_()
+    return t2, t0
+''',
+        {'bases': [{'shape': [2], 'dtype': 'float64', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'value', 'value': 1}]},
+        ['grad'], 588,
+    ),
+    401215: (
+        '''
+def f(a, b, flag, c, s):
+    t0 = c - c
+    t0.add_(1)
+    with torch.no_grad():
+        t1 = t0 * t0
+        t2 = t1.expand(3, 4)
+        t2.fill_(0.5)
+    with torch.set_grad_enabled(True):
+        t3 = t2.prod()
+    return a, c, t2
+''',
+        {'bases': [{'shape': [1], 'dtype': 'float64', 'rg': True}, {'shape': [4], 'dtype': 'float64', 'rg': True}, {'shape': [1, 4, 1], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.clone()'}, {'kind': 'tensor', 'base': 1, 'expr': 'x'}, {'kind': 'value', 'value': False}, {'kind': 'same', 'arg': 1}, {'kind': 'value', 'value': 2.0}]},
+        ['grad', 'grad'], 1215,
+    ),
+    401560: (
+        '''
+def f(a, k, flag):
+    t0, t1 = a.unbind(0)
+    a.zero_()
+    t2 = t1.cos()
+    with torch.set_grad_enabled(True):
+        t3 = t1.squeeze()
+        t4 = t3.expand(3)
+    t5 = torch.ones_like(t4)
+    with torch.no_grad():
+        t6 = t4 - t4
+        t7 = t6.sum(0)
+        t8 = t5 @ t4
+    t9 = t3.logsumexp(0)
+    t4.t_()
+    with torch.no_grad():
+        t7.add_(1)
+        t10 = t9.detach()
+        t11 = t3.abs()
+    t4.zero_()
+    t11.copy_(t10)
+    return t0, t10
+''',
+        {'bases': [{'shape': [3], 'dtype': 'float32', 'rg': False}, {'shape': [3], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x[1:]'}, {'kind': 'value', 'value': 2}, {'kind': 'value', 'value': True}]},
+        ['grad', 'grad'], 1560,
+    ),
+    401788: (
+        '''
+def f(mode, a):
+    t0 = a + a
+    with torch.no_grad():
+        t1 = torch.maximum(t0, t0)
+        a.masked_fill_(a > 0, 0.0)
+        t1.zero_()
+    with torch.set_grad_enabled(True):
+        t2 = t0.select(1, 1)
+        t1.masked_fill_(t1 > 0, 0.0)
+        t1.add_(1)
+    with torch.set_grad_enabled(True):
+        t1.masked_fill_(t1 > 0, 0.0)
+    t3 = t2.t()
+    t4 = t3 @ t1
+    t3.unsqueeze_(0)
+    t5 = t1[-2]
+    return t5, t5
+''',
+        {'bases': [{'shape': [2], 'dtype': 'float32', 'rg': True}, {'shape': [2, 4], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'value', 'value': 'mean'}, {'kind': 'tensor', 'base': 0, 'expr': 'x.expand(2, *(2,))'}]},
+        ['grad'], 1788,
+    ),
+    402091: (
+        '''
+def f(a):
+    t0 = a.permute(2, 1, 0)
+    t1 = t0.mT @ t0
+    t2 = a.select(2, 3)
+    t3 = t2.relu()
+    t3.sub_(t2, alpha=2)
+    t4 = t1.as_strided((2, 2), (1, 1), 1)
+    t5 = t4.permute(0, 1)
+    t6 = t1 @ t1
+    t5.masked_fill_(t5 > 0, 0.0)
+    t7 = t6.mT @ t6
+    t8 = t4.select(0, 0)
+    t9 = t8.unbind(0)[1]
+    return a,
+''',
+        {'bases': [{'shape': [1, 4, 4], 'dtype': 'float32', 'rg': True}, {'shape': [2], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        ['no_grad'], 2091,
+    ),
+    402371: (
+        '''
+def f(a, b, c, k):
+    t0 = b + c
+    t1 = a.narrow(0, 0, min(k, a.shape[0]))
+    t0.unsqueeze_(1)
+    t2 = torch.maximum(t0, b)
+    t2.as_strided_((3, 1), (1, 1), 6)
+    c.copy_(b)
+    t1.transpose_(0, 0)
+    with torch.no_grad():
+        t1.transpose_(0, 0)
+    t1.sin_()
+    t3 = t2.as_strided((3, 2), (2, 1), 6)
+    return t2, t2
+''',
+        {'bases': [{'shape': [3], 'dtype': 'float64', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 0, 'expr': 'x.expand(2, *(3,))'}, {'kind': 'same', 'arg': 1}, {'kind': 'value', 'value': 0}]},
+        ['grad', 'no_grad'], 2371,
+    ),
+    402454: (
+        '''
+def f(a, k, b):
+    b.zero_()
+    t0 = b.amax(0)
+    a.t_()
+    t1 = a[-1]
+    a.zero_()
+    return a, b, t0
+''',
+        {'bases': [{'shape': [2], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.expand(2, *(2,))'}, {'kind': 'value', 'value': 0}, {'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        ['grad', 'grad'], 2454,
+    ),
+    402498: (
+        '''
+def f(a, k):
+    t0 = a.add(a, alpha=2)
+    t1 = t0.transpose(2, 0)
+    t2 = a.sum(k % a.dim())
+    t3 = t1.view_as(t1)
+    t4 = t3.expand(2, 2, 2)
+    t4[:, 0] = t2
+    t5 = t4 @ t4
+    t6 = t4.detach()
+    t5.transpose_(2, 1)
+    t5.addcmul_(t1, t1)
+    t7 = t6.sin()
+    t8 = t0.clone()
+    return t2, a, t8, t8
+''',
+        {'bases': [{'shape': [2, 1, 2], 'dtype': 'float64', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x[:, :1]'}, {'kind': 'value', 'value': 3}]},
+        ['grad'], 2498,
+    ),
+    402700: (
+        '''
+def f(a):
+    t0 = a.split(3, 1)[0]
+    t1 = t0.detach()
+    a.zero_()
+    t2 = t1 + 1
+    t3 = t2.narrow(2, 1, 1)
+    t4 = t3.sigmoid()
+    t5 = t4 @ t4.mT
+    t6 = t2 @ t2.mT
+    t1.transpose_(0, 2)
+    t7 = torch.arange(18, dtype=t5.dtype).view(t5.shape)
+    t8 = t6.view_as(t6)
+    with torch.no_grad():
+        a.copy_(t0)
+    return t1, t1
+''',
+        {'bases': [{'shape': [3, 2], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.expand(2, *(3, 2))'}]},
+        ['grad'], 2700,
+    ),
+    402901: (
+        '''
+def f(a, b, c, opt):
+    t0 = c.abs()
+    t1 = t0.expand(2)
+    c.t_()
+    t1[-1] = a
+    with torch.no_grad():
+        t2 = t1.unsqueeze(1)
+        t0.zero_()
+    t3 = t2.squeeze(1)
+    t4 = t3.detach()
+    t5 = t4 + t3
+    t6 = t5[-2]
+    t6.sigmoid_()
+    t7 = t6.sin()
+    t8 = t5 @ t5
+    return t8,
+''',
+        {'bases': [{'shape': [], 'dtype': 'float32', 'rg': False}, {'shape': [], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 1, 'expr': 'x.detach()'}, {'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'value', 'value': None}]},
+        ['grad', 'grad'], 2901,
+    ),
+    402971: (
+        '''
+def f(a, opt, k):
+    with torch.no_grad():
+        t0 = a.clone()
+    t1 = t0 + t0
+    t3, t4 = t0.split(2, 1)
+    t5 = a.add(a, alpha=2)
+    t6 = t0[:, 2:3]
+    if opt is None:
+        t7 = t6 * 2
+    else:
+        t7 = t6.sigmoid()
+    t8 = t7 @ t4
+    t9 = t6.expand(1, 2)
+    t10 = t9.detach()
+    t9.copy_(t10)
+    if opt is None:
+        t1.mul_(2)
+    t12 = t4.softmax(1)
+    return a, a, a, t3
+''',
+        {'bases': [{'shape': [1, 4], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'value', 'value': None}, {'kind': 'value', 'value': 1}]},
+        ['grad'], 2971,
+    ),
+}
+
+
+@pytest.mark.parametrize("seed", sorted(FUZZ_CASES))
+def test_fuzz_program(seed):
+    if SHAPES["mode"] == "dynamic":
+        pytest.skip("a fuzz program is checked as the fuzzer ran it (static)")
+    source, inputs, modes, case_seed = FUZZ_CASES[seed]
+    check_case(source=source, inputs=inputs, modes=modes, seed=case_seed)
