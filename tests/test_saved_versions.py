@@ -234,3 +234,35 @@ def test_module_parameter_changed_after_the_call():
             lin.weight.add_(1)
         with pytest.raises(RuntimeError, match=MODIFIED):
             out.sum().backward()
+
+
+#: in-place metadata ops on an input aliasing the saved one (each bumps eager's shared counter)
+ALIAS_METADATA_OPS = {
+    "squeeze_ (no-op)": lambda a: a.squeeze_(0),
+    "unsqueeze_": lambda a: a.unsqueeze_(0),
+    "t_ of a view": lambda a: a[None].t_(),
+    "transpose_(0, 0)": lambda a: a.transpose_(0, 0),
+}
+ALIASES = {
+    "detached": lambda x: (x.detach(), x),
+    "view_of_non_leaf": lambda x: (lambda y: (y[:], y))(x * 1),
+}
+
+
+@pytest.mark.parametrize("when", ["after_save", "before_save"])
+@pytest.mark.parametrize("alias", sorted(ALIASES))
+@pytest.mark.parametrize("op", sorted(ALIAS_METADATA_OPS))
+def test_metadata_op_on_an_aliasing_input(op, alias, when):
+    """Was a silent backward where eager's raises (fuzz seed 412304): a metadata op on one
+    input moves the version counter eager's aliasing inputs share, after the other was
+    saved; the trace keeps the two inputs apart (no data write: no synthetic base)."""
+
+    def f(a, b):
+        if when == "before_save":
+            ALIAS_METADATA_OPS[op](a)
+        t = b * b
+        if when == "after_save":
+            ALIAS_METADATA_OPS[op](a)
+        return (t * 2,)
+
+    assert_like_eager(f, lambda: ALIASES[alias](leaf(3)), expect_raise=when == "after_save")

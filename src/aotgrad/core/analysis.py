@@ -267,6 +267,10 @@ class _EagerChecks(TorchFunctionMode):
         self.initial_grad_fns: list[Any] = []
         #: graph input detached in place → autograd's next node sequence number then
         self.detached_at: dict[int, int] = {}
+        #: (graph input, autograd's next sequence number) of each in-place metadata op on an
+        #: input or a view of one: eager bumps the version counter the input shares with the
+        #: caller's other tensors on its storage (other inputs the trace keeps apart)
+        self.metadata_ops_on_inputs: list[tuple[int, int]] = []
 
     def _requires_grad(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """``t.requires_grad_(value)`` / ``t.requires_grad = value``: recorded (an input the
@@ -398,6 +402,10 @@ class _EagerChecks(TorchFunctionMode):
                 raise RuntimeError(_DETACH_VIEW)  # eager refuses it on any view
         if self.input_index and args:
             self._note_no_grad_restride(name, args)
+            if name in _METADATA_INPLACE and isinstance(args[0], FunctionalTensor):
+                k = self.input_index.get(id(args[0]), self.input_index.get(id(args[0]._base)))
+                if k is not None:
+                    self.metadata_ops_on_inputs.append((k, torch._C._autograd._get_sequence_nr()))
         if name in _ADDRESSES_INPUT_STORAGE and args and isinstance(args[0], FunctionalTensor):
             storage = StorageWeakRef(args[0].untyped_storage())
             i = self.input_storages.get(storage)
@@ -788,6 +796,7 @@ def analyze(
             eager_saved = find_eager_saved(
                 [(p, t) for p, t in enumerate(fw_functional) if getattr(t, "requires_grad", False)],
                 f_inputs, fw_functional, grad_fns_before, _detached_non_leaves(checks, fake_inputs),
+                _bumps_through_aliases(checks, fake_inputs),
             )
         if eager_saved is not None:
             metadata = dataclasses.replace(metadata, eager_saved=eager_saved)
@@ -795,6 +804,26 @@ def analyze(
     signature = forward_outputs.with_tangents(metadata, [v.dtype for v in fw_values])
     subclasses = tuple(_subclass_structure(v) for v in fw_values)
     return Analysis(metadata, out_spec, tuple(base_sources), avals, signature, subclasses)
+
+
+def _bumps_through_aliases(checks: _EagerChecks, fake_inputs: list[Any]) -> dict[int, tuple[int, ...]]:
+    """Graph input → autograd's sequence numbers at the in-place metadata ops the program
+    applies to *other* inputs on its storage (``find_eager_saved``'s
+    ``bumps_through_aliases``): eager's shared version counter moves with them, the trace's
+    separate inputs' counters do not. (Aliased inputs a data write reaches are merged into a
+    synthetic base, whose views share its counter in the trace too.)"""
+    out: dict[int, tuple[int, ...]] = {}
+    for i, t in enumerate(fake_inputs):
+        if not isinstance(t, torch.Tensor):
+            continue
+        storage = StorageWeakRef(t.untyped_storage())
+        seqs = tuple(
+            at for j, at in checks.metadata_ops_on_inputs
+            if j != i and StorageWeakRef(fake_inputs[j].untyped_storage()) == storage
+        )
+        if seqs:
+            out[i] = seqs
+    return out
 
 
 def _detached_non_leaves(checks: _EagerChecks, fake_inputs: list[Any]) -> dict[int, int]:
