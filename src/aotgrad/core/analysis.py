@@ -191,6 +191,14 @@ def _is_write(name: str) -> bool:
     return name.endswith("_")
 
 
+def _functional_alias(v: FunctionalTensor) -> bool:
+    """``v`` is a view in functionalization's chain though autograd sees none (``_base`` is
+    None): a ``detach()``ed alias of a view or of an input. Functionalization replays a write
+    through ``v`` re-strided by ``as_strided_`` onto a copy of ``v``'s old elements, as for an
+    ordinary view (it crashed in ``setStorage`` where the new layout reaches past them)."""
+    return bool(functionalization.get_view_meta_sequence(v.elem))
+
+
 def _restrides_within(v: torch.Tensor, args: tuple, kwargs: dict) -> bool:
     """Whether ``v.as_strided_(*args, **kwargs)`` addresses only ``v``'s own elements, and
     ``v`` is contiguous from its base's start (or is an input): then its data, copied on its
@@ -419,7 +427,7 @@ class _EagerChecks(TorchFunctionMode):
             # Exact only where the new layout addresses elements of the tensor's own data, as a
             # contiguous view starting where its base does (functionalization replays the write
             # onto a fresh copy of the view, or of the input's elements).
-            if (v._base is not None or is_input) and not _restrides_within(v, args[1:], kwargs):
+            if (v._base is not None or is_input or _functional_alias(v)) and not _restrides_within(v, args[1:], kwargs):
                 self.restrided_views.setdefault(StorageWeakRef(v.untyped_storage()), current_user_line())
         written = kwargs.get("out")  # an out= write too
         if written is None and _is_write(name) and name not in _METADATA_INPLACE and name not in _NOT_WRITING_INPLACE and args:

@@ -1,0 +1,79 @@
+"""Programs eager runs where aotgrad failed with an internal error (a crash in torch's
+functionalization or fake kernels, an error naming no user line) instead of eager's result
+or a clear refusal (issue 12). Compared with eager through the fuzz harness; a deliberate
+refusal is asserted to name the op's line."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import aotgrad
+from aotgrad.compilers import nop
+from aotgrad.errors import AotgradCompileError
+from tests.fuzz.harness import check_case
+
+# --------------------------------------------------------------------------- as_strided_ of a detach()ed view
+
+
+def _restrided_detached_view(c):
+    t = torch.zeros(4)
+    v = t.as_strided((3,), (0,), 0).detach()
+    v.as_strided_((2, 2), (2, 1), 0)
+    v.addcmul_(c, c)
+    return v
+
+
+def test_write_into_restrided_detached_view_is_refused_naming_the_line():
+    """A detach()ed alias of a view, re-strided past its own elements, then written: the
+    functional write lands on a copy of the alias's old elements (it crashed in setStorage,
+    fuzz seed 422996); refused naming the write."""
+    c = torch.randn(2, 4).diagonal()
+    _restrided_detached_view(c)  # eager runs it
+    with pytest.raises(AotgradCompileError, match=r"v\.addcmul_\(c, c\)"):
+        aotgrad.aot_function(_restrided_detached_view, nop)(c)
+
+
+_DETACHED_ALIAS_INPUTS = {
+    "bases": [{"shape": [2, 4], "dtype": "float32", "rg": False}],
+    "args": [{"kind": "tensor", "base": 0, "expr": "x.diagonal()"}],
+}
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    [
+        "t.detach()",  # the root's own alias: its elements are the whole storage
+        "t[0:4].detach()",  # a contiguous run from the root's start
+        "t[1:5].detach()",  # the new layout names only the alias's own elements
+    ],
+)
+def test_write_into_restrided_detached_alias_within_its_elements(prefix):
+    offset = 1 if prefix.startswith("t[1") else 0
+    check_case(
+        source=f"""
+def f(c):
+    t = torch.zeros(6)
+    v = {prefix}
+    v.as_strided_((2, 2), (2, 1), {offset})
+    v.addcmul_(c, c)
+    return v, t
+""",
+        inputs=_DETACHED_ALIAS_INPUTS,
+        modes=["grad", "no_grad"],
+    )
+
+
+def test_read_of_restrided_detached_view():
+    """Only a write through it is refused: reading the re-strided alias is exact."""
+    check_case(
+        source="""
+def f(c):
+    t = torch.zeros(4)
+    v = t.as_strided((3,), (0,), 0).detach()
+    v.as_strided_((2, 2), (2, 1), 0)
+    return v * c
+""",
+        inputs=_DETACHED_ALIAS_INPUTS,
+        modes=["grad", "no_grad"],
+    )
