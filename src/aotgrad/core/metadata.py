@@ -156,6 +156,9 @@ class OutputInfo:
     #: ``grad_fn`` raises; an ordinary view's grad_fn is regenerated (``AsStridedBackward0``)
     #: on the next read. The rebuilt view is stale the same way, so autograd does the same
     invalidated: str | None = None
+    #: for an ``invalidated`` multi-output view: ``(op, output index, op args)`` of the op
+    #: that made it (``analysis._multi_output_step``)
+    multi_output_step: tuple | None = None
     #: a ``non_alias`` output that eager made from a ``detach()``ed alias of this call input
     #: by an in-place op with an operand requiring grad: it shares the input's storage (no
     #: view) but has its own autograd history; the graph computes its value (with a tangent)

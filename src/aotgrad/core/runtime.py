@@ -80,13 +80,45 @@ def _invalidated_view(base: torch.Tensor, info: OutputInfo, geometry: tuple | No
     # view stays stale (one more would match again after one of them)
     _set_version_counter((base,), (version - 1 if version else version + 1,))
     try:
-        out = _regenerate(base, info, geometry)
+        out = _multi_output_view(base, info, geometry) or _regenerate(base, info, geometry)
     finally:
         _set_version_counter((base,), (version,))
     meta = getattr(torch._C._autograd.CreationMeta, info.invalidated)
     if out._is_view() and torch._C._autograd._get_creation_meta(out) != meta:
         torch._C._autograd._set_creation_meta(out, meta)
     return out
+
+
+def _multi_output_view(base: torch.Tensor, info: OutputInfo, geometry: tuple | None) -> torch.Tensor | None:
+    """The invalidated multi-output view ``info`` made, as eager's, by its own op (so that
+    autograd's error names it: ``Output 1 of Split``) on an ``as_strided`` of ``base`` laid
+    out so that the op's output there has the view's geometry: the outputs before it are
+    stacked at stride 0 (``unbind``) or lie where eager's did (``split``). None where the
+    plain rebuild (:func:`_regenerate`) is used: no such step recorded, a detached, dtype or
+    no_grad view, or a layout the storage cannot hold. (A replayable chain is not replayed:
+    an in-place metadata op after the op, under no_grad, would name itself instead.)"""
+    step = info.multi_output_step
+    if step is None or info.detached or info.no_grad_steps or base.dtype != info.dtype:
+        return None
+    size, stride, offset = (info.size, info.stride, info.storage_offset) if geometry is None else geometry
+    size, stride = list(size), list(stride)
+    op, n, args = step
+    if op == "unbind":
+        (dim,) = args
+        dim %= len(size) + 1
+        return base.as_strided(size[:dim] + [n + 1] + size[dim:], stride[:dim] + [0] + stride[dim:], offset).unbind(dim)[n]
+    if op == "split":
+        split_size, dim = args
+        sizes = [split_size] * n + [size[dim]]
+    else:
+        chunks, dim = args
+        sizes = list(chunks[:n]) + [size[dim]]
+    dim %= len(size)
+    start = offset - sum(sizes[:-1]) * stride[dim]
+    if start < 0:
+        return None
+    whole = base.as_strided(size[:dim] + [sum(sizes)] + size[dim + 1:], stride, start)
+    return whole.split_with_sizes(sizes, dim)[n] if op == "split_with_sizes" else whole.split(sizes[0] if n else size[dim], dim)[n]
 
 
 def _regenerate(base: torch.Tensor, info: OutputInfo, geometry: tuple | None) -> torch.Tensor:

@@ -1,0 +1,50 @@
+"""Views eager invalidates (issue 12, class 5): a multi-output view (``unbind``, ``split``,
+``chunk``, ``split_with_sizes``) whose storage an in-place op changes after it was made raises
+on every later use of its history -- reading ``grad_fn`` or ``is_leaf``, backward -- with
+eager's message, which names the op and the output (``Output 1 of Split is a view and its
+base ... has been modified inplace``). aotgrad rebuilds such an output invalidated too, with
+the op that made it, so the message is eager's (it named ``AsStrided`` or the replayed chain's
+last op before: fuzz seeds 420179, 420250, 420317, 420682, 421912)."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from tests.fuzz import harness
+
+check_case = functools.partial(harness.check_case, impl=harness.aotgrad_impl)
+
+#: multi-output views of ``b`` (a tensor requiring grad)
+VIEWS = {
+    "unbind0": "b.unbind(0)[1]",
+    "unbind1": "b.unbind(1)[2]",
+    "unbind_last": "b.unbind(-1)[0]",
+    "split": "b.split(1, 0)[1]",
+    "split_uneven": "b.split(2, 1)[1]",
+    "chunk": "b.chunk(2, 1)[1]",
+    "split_with_sizes": "b.split_with_sizes([1, 2], 1)[1]",
+}
+
+#: what invalidates it afterwards
+AFTER = {
+    "no_grad_mul_": "with torch.no_grad():\n        b.mul_(2)",
+    "no_grad_t_of_base": "with torch.no_grad():\n        b.t_()",
+    "no_grad_t_of_view": "with torch.no_grad():\n        v.t_()",
+}
+
+
+@pytest.mark.parametrize("after", sorted(AFTER))
+@pytest.mark.parametrize("view", sorted(VIEWS))
+@pytest.mark.parametrize("layout", ["x * 1", "x.t() * 1"])
+def test_invalidated_multi_output_view_raises_eager_message(view, after, layout, request):
+    if after == "no_grad_t_of_view" and not view.startswith("unbind"):
+        # split's arguments name the geometry before the view's own t_: rebuilt through its
+        # replayed chain, the message names T (still open)
+        request.applymarker(pytest.mark.xfail(strict=True, reason="split view re-strided in place"))
+    check_case(
+        source=f"def f(a):\n    b = a\n    v = {VIEWS[view]}\n    {AFTER[after]}\n    return v, b.sum()\n",
+        inputs={"bases": [{"shape": [3, 3], "dtype": "float32", "rg": True}], "args": [{"kind": "tensor", "base": 0, "expr": layout}]},
+        seed=5,
+    )
