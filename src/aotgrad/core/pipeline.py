@@ -449,6 +449,7 @@ def _compile_training(
         ),
         saved_inputs_to_clone=to_clone,
         saved_outputs_unversioned=unversioned,
+        grads_laid_out_as_inputs=_grads_laid_out_as_inputs(md, call.input_aliasing),
         grad_tangent_deps=grad_tangent_dependencies(bw_module)[: signature.num_graph_inputs + signature.num_leaf_slots],
         differentiable=DifferentiableBackward(
             lambda: trace_joint(
@@ -523,6 +524,19 @@ def _compile_graph(
     with compiling(kind, config.aot_id):
         compiled = compiler(boundary.graph, boundary.example_inputs)
     return boundary.wrap(positional(compiled)), boundary
+
+
+def _grads_laid_out_as_inputs(md: ViewAndMutationMetadata, input_aliasing: InputAliasing | None) -> tuple[int, ...]:
+    """Graph inputs requiring grad whose data (not geometry) the program writes: where the
+    caller's tensor is an autograd view, eager's gradient for it is laid out as the view
+    (``runtime._as_input_in_size1_dims``). Not over synthetic bases (the graph input is then
+    no caller's tensor)."""
+    if input_aliasing is not None:
+        return ()
+    return tuple(
+        i for i, info in enumerate(md.input_info)
+        if info.requires_grad and info.mutates_data and not info.mutates_metadata
+    )
 
 
 def _runtime_context(call: _AnalyzedCall) -> dict:

@@ -518,6 +518,9 @@ class BackwardSpec:
     #: ``create_graph=True`` (:class:`~aotgrad.core.higher_order.DifferentiableBackward`);
     #: None: differentiating the gradients again raises
     differentiable: Callable[[Any, Any, Any], list] | None = None
+    #: graph inputs whose gradient eager lays out as the input itself (see
+    #: :func:`_as_input_in_size1_dims`): autograd views whose data the program writes
+    grads_laid_out_as_inputs: tuple[int, ...] = ()
 
 
 def _make_function(
@@ -550,6 +553,7 @@ def _make_function(
     backward_mutated = signature.backward_mutated_inputs
     num_grads = signature.num_graph_inputs
     num_slots = signature.num_leaf_slots
+    as_inputs = spec.grads_laid_out_as_inputs
 
     # A symbolic entry's tangent shapes are read off each call's forward outputs.
     symbolic_tangents = any(holds_sym(shape) for shape, _, _ in tangent_meta)
@@ -570,6 +574,9 @@ def _make_function(
             if differentiable is not None:
                 # A reference, not a saved tensor: read only by a create_graph backward.
                 ctx.primals = args
+            if as_inputs:
+                # (a view of the caller's, whose history eager reroutes; else None)
+                ctx.input_strides = tuple(args[i].stride() if args[i]._is_view() else None for i in as_inputs)
             if backward_mutated:
                 # the caller's tensors the backward writes into (references, as eager's
                 # custom Function holds them)
@@ -633,6 +640,10 @@ def _make_function(
                 grads = list(grads)
                 _write_backward_mutations(ctx.backward_mutated, grads[num_grads + num_slots:])
                 grads = grads[: num_grads + num_slots]
+            if as_inputs:
+                grads = list(grads)
+                for i, stride in zip(as_inputs, ctx.input_strides, strict=True):
+                    grads[i] = _as_input_in_size1_dims(grads[i], stride)
             if missing:
                 # As in eager, an input reached only from outputs that got no gradient gets
                 # None, not zeros.
@@ -643,6 +654,24 @@ def _make_function(
             return (*grads, *no_grads)
 
     return CompiledFunction
+
+
+def _as_input_in_size1_dims(grad: torch.Tensor | None, stride: tuple[int, ...] | None) -> torch.Tensor | None:
+    """``grad`` with the input's strides ``stride`` in its size-1 dims (the same elements
+    at the same addresses: an ``as_strided`` view, no copy); unchanged where it differs from
+    them in another dim, or where ``stride`` is None (the caller's tensor is no view).
+
+    Invariant: the input is an autograd view whose data the program writes. Eager routes
+    its history through its base (``CopySlices`` after a recorded write, a regenerated
+    ``AsStridedBackward0`` after a no_grad one), which lays the gradient out as the base, so
+    the part of it for the view has the view's own strides; a leaf's ``AccumulateGrad``
+    keeps the size-1 dims' strides of what it steals, so they are observable in ``.grad``.
+    The compiled backward's kernels choose their own there."""
+    if grad is None or stride is None or grad.stride() == stride or grad.dim() != len(stride):
+        return grad
+    if any(n != 1 and a != b for n, a, b in zip(grad.shape, grad.stride(), stride)):
+        return grad
+    return grad.as_strided(grad.shape, stride, grad.storage_offset())
 
 
 def _write_backward_mutations(targets: tuple[torch.Tensor, ...], values: list[Any]) -> None:
