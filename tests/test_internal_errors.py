@@ -77,3 +77,49 @@ def f(c):
         inputs=_DETACHED_ALIAS_INPUTS,
         modes=["grad", "no_grad"],
     )
+
+
+# --------------------------------------------------------------------------- saved tensors of a write through a view
+
+_ONE_INPUT = {
+    "bases": [{"shape": [3], "dtype": "float64", "rg": True}, {"shape": [3, 1], "dtype": "float64", "rg": True}],
+    "args": [{"kind": "tensor", "base": 0, "expr": "x.clone()"}],
+}
+_TWO_INPUTS = {
+    "bases": [{"shape": [3], "dtype": "float64", "rg": True}, {"shape": [3, 1], "dtype": "float64", "rg": True}],
+    "args": [{"kind": "tensor", "base": 0, "expr": "x.clone()"}, {"kind": "tensor", "base": 1, "expr": "x.clone()"}],
+}
+
+
+@pytest.mark.parametrize("post", [[(0, "unsqueeze_(0)")], [(0, "mul_(2)")], []])
+def test_saved_output_of_write_through_view_changed_by_caller(post):
+    """sigmoid_ through a view saves its result, which autograd wraps in the base's
+    CopySlices; the caller changing the base after the call makes eager's backward raise
+    (fuzz seed 422024: the check did not see the wrapped node's saved tensors)."""
+    check_case(
+        source="""
+def f(a):
+    t0 = a.unsqueeze(-1)
+    t0.sigmoid_()
+    return a
+""",
+        inputs=_ONE_INPUT,
+        post=post,
+    )
+
+
+@pytest.mark.parametrize(
+    "write", ["t0.sigmoid_()", "t0.mul_(w)", "t0 *= w", "t0.addcmul_(w, w)", "t0.exp_()"]
+)
+@pytest.mark.parametrize("after", ["", "a.add_(1)", "w.mul_(3)", "t0.zero_()"])
+def test_saved_tensors_of_write_through_view_changed_by_program(write, after):
+    check_case(
+        source=f"""
+def f(a, w):
+    t0 = a.unsqueeze(-1)
+    {write}
+    {after or 'pass'}
+    return a, w
+""",
+        inputs=_TWO_INPUTS,
+    )

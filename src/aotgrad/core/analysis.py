@@ -34,7 +34,7 @@ from .eager_rewrites import EagerRewrites
 from .layout import takes_eager_layout
 from .effects import effects_as_ordered_nodes
 from .metadata import InputInfo, LeafSlot, OutputInfo, OutputType, ViewAndMutationMetadata
-from .saved_tensors import find_eager_saved
+from .saved_tensors import find_eager_saved, saving_through_view
 from .signature import GraphSignature
 from .subclasses import TensorStructure
 from .view_geometry import EagerViewGeometry, Geometry, functional_geometry
@@ -465,6 +465,15 @@ class _EagerChecks(TorchFunctionMode):
                         f"compiled function (shape {tuple(t.shape)}); the mutation would be "
                         "lost. Pass the tensor as an argument."
                     )
+        if (
+            torch.is_grad_enabled()
+            and _is_write(name) and name != "__setitem__" and name not in _METADATA_INPLACE
+            and name not in _NOT_WRITING_INPLACE
+            and args and isinstance(args[0], FunctionalTensor) and args[0]._base is not None
+        ):
+            # a write through a view autograd records: its node is wrapped in CopySlices
+            op = f"{name[3:-2]}_" if name.startswith("__i") else name
+            return saving_through_view(lambda: func(*args, **kwargs), args[0], op)
         return func(*args, **kwargs)
 
 

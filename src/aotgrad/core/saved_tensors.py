@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +31,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 __all__ = [
     "EagerSavedTensor", "EagerSavedTensors", "SavedVersions", "check_saved_versions", "find_eager_saved",
-    "note_backward_error", "versions_unchecked",
+    "note_backward_error", "saving_through_view", "versions_unchecked",
 ]
 
 _MODIFIED = "one of the variables needed for gradient computation has been modified by an inplace operation"
@@ -85,9 +85,58 @@ DETACHED_SAVED = (
 )
 
 
-def _saved_values(node: Any) -> Iterable[tuple[Any, BaseException | None]]:
-    """``(saved value, None)`` per tensor ``node`` saved, or ``(None, error)`` where eager's
-    unpacking raises (the tensor changed since it was saved)."""
+#: the key, in a ``CopySlices`` node's ``metadata``, of what the in-place op it wraps saved
+#: (:func:`saving_through_view`): autograd exposes neither the wrapped node nor its saved tensors
+_WRAPPED_SAVED = "aotgrad.wrapped_saved"
+
+
+def saving_through_view(run: Callable[[], Any], view: torch.Tensor, op_name: str) -> Any:
+    """``run()``, an in-place op ``op_name`` on ``view`` (a view autograd records), with the
+    tensors its node saves noted on the ``CopySlices`` node it leaves on the view's base:
+    eager's backward checks their versions too, but the node holding them is wrapped inside
+    ``CopySlices``, out of :func:`find_eager_saved`'s reach (fuzz seed 422024: ``t0 =
+    a.unsqueeze(-1); t0.sigmoid_()``, then the caller changes ``a``). Each is noted with its
+    version when saved (autograd's own check is off for them: nothing unpacks them here)."""
+    saved: list[tuple[torch.Tensor, int]] = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        saved.append((t, t._version))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, _same):
+        out = run()
+    base = view._base
+    node = base.grad_fn if base is not None else None
+    if saved and type(node).__name__ == "CopySlices":
+        # eager describes a saved output of the wrapped node by that node (``output 0 of
+        # Sigmoid``); its name is the op's in CamelCase, without the trailing underscore
+        op = "".join(part.capitalize() for part in op_name.rstrip("_").split("_"))
+        node.metadata[_WRAPPED_SAVED] = [
+            (t, version, f"[{t.type()} {list(t.shape)}], which is output 0 of {op}," if t is view else None)
+            for t, version in saved
+        ]
+    return out
+
+
+def _wrapped_saved(node: Any) -> Iterable[tuple[Any, BaseException | None, str | None]]:
+    """:func:`_saved_values` of the node a ``CopySlices`` ``node`` wraps, where noted."""
+    if type(node).__name__ != "CopySlices":
+        return
+    for t, version, description in node.metadata.get(_WRAPPED_SAVED, ()):
+        if t._version != version:
+            text = description or _describe(t)
+            yield None, RuntimeError(
+                f"{_MODIFIED}: {text} is at version {t._version}; expected version {version} instead. {_HINT}"
+            ), None
+        else:
+            yield t, None, description
+
+
+def _saved_values(node: Any) -> Iterable[tuple[Any, BaseException | None, str | None]]:
+    """``(saved value, None, eager's description or None)`` per tensor ``node`` saved, or
+    ``(None, error, None)`` where eager's unpacking raises (the tensor changed since it was
+    saved); also those of the node a ``CopySlices`` wraps (:func:`saving_through_view`)."""
+    yield from _wrapped_saved(node)
     if isinstance(node, torch.autograd.function.BackwardCFunction):
         names: tuple[str, ...] = ("saved_tensors",)
     else:
@@ -97,11 +146,11 @@ def _saved_values(node: Any) -> Iterable[tuple[Any, BaseException | None]]:
             value = getattr(node, name)
         except RuntimeError as exc:
             if _MODIFIED in str(exc):
-                yield None, exc
+                yield None, exc, None
             continue
         for v in value if isinstance(value, (tuple, list)) else (value,):
             if isinstance(v, torch.Tensor):
-                yield v, None
+                yield v, None, None
 
 
 #: the key, in an autograd node's ``metadata``, of eager's error where eager's backward raises
@@ -184,7 +233,7 @@ def find_eager_saved(
     for node, positions in reached.items():
         if (noted := _noted_error(node)) is not None:
             entries.append((node._sequence_nr(), EagerSavedTensor("", noted, -1, frozenset(positions))))
-        for value, error in _saved_values(node):
+        for value, error, described in _saved_values(node):
             if any(
                 node._sequence_nr() < at and (
                     value is graph_inputs[i] if error is None
@@ -212,7 +261,7 @@ def find_eager_saved(
                 # a saved input (not an output of the node) is described by its grad_fn at the
                 # backward, as eager's SavedVariable does
                 itself = w[0] and value is graph_inputs[w[1]] and value.grad_fn is not node
-                description = None if itself else _describe(value)
+                description = None if itself else described or _describe(value)
                 entry = EagerSavedTensor(description, None, witnesses.index(w), frozenset(positions))
             entries.append((node._sequence_nr(), entry))
     if not entries:
