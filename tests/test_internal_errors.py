@@ -123,3 +123,33 @@ def f(a, w):
 """,
         inputs=_TWO_INPUTS,
     )
+
+
+# --------------------------------------------------------------------------- write back through a stride-0 layout
+
+_EXPANDED_INPUT = {
+    "bases": [{"shape": [1], "dtype": "float32", "rg": False}],
+    "args": [{"kind": "tensor", "base": 0, "expr": "x.expand(2, 1)"}],
+}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "a.detach().fill_(0.5)",
+        "t = a.detach(); a[1:] = 1.0; t.fill_(0.5)",  # fuzz seed 420373
+        "a.detach().zero_()",
+        "a.detach()[0].fill_(2.0)",
+        "a.detach().masked_fill_(torch.ones(2, 1, dtype=torch.bool), 3.0)",
+    ],
+)
+@pytest.mark.parametrize("modes", [["no_grad"], ["grad"]])
+def test_one_value_write_through_detached_expanded_input(body, modes):
+    """Functionalization writes the detach()ed alias back into the input's base with an
+    as_strided_scatter over the stride-0 layout, which copies into memory that overlaps
+    itself: the real op raised eager's internal-overlap error where eager wrote."""
+    check_case(
+        source="def f(a):\n" + "".join(f"    {s.strip()}\n" for s in body.split(";")) + "    return a\n",
+        inputs=_EXPANDED_INPUT,
+        modes=modes,
+    )

@@ -50,7 +50,7 @@ from torch._subclasses.functional_tensor import FunctionalTensor
 from ..errors import AotgradCompileError, current_user_line
 from .saved_tensors import note_backward_error
 
-__all__ = ["Overlap", "overlap_of", "overlapping_write", "overlaps_itself"]
+__all__ = ["Overlap", "overlap_of", "overlapping_write", "overlaps_itself", "scatter_once_per_location"]
 
 #: layouts with more elements than this are not enumerated by :func:`overlaps_itself`
 _OVERLAP_ENUMERATION_LIMIT = 1 << 16
@@ -455,3 +455,33 @@ def _refuse_loop_order(name: str, why: str) -> None:
         "is then the order its kernel visits the elements in, which a functional graph cannot "
         "reproduce. Write into a clone() (or .contiguous()) instead."
     )
+
+
+def scatter_once_per_location(graph: torch.fx.Graph) -> None:
+    """Rewrite each ``as_strided_scatter`` of ``graph`` whose layout has a stride-0 dim of
+    static size > 1 to scatter only the first element along it.
+
+    Functionalization writes a view's new value back into its base with
+    ``as_strided_scatter``; through a stride-0 dim (the write back of a ``detach()``ed alias
+    of an expanded input, say) the real op copies into memory that overlaps itself and raises
+    eager's internal-overlap error, where eager's write ran (fuzz seed 420373). Every element
+    along such a dim shares its location, and the writes reaching it were made one value per
+    location (:func:`overlapping_write`; others are refused), so its first element is the
+    value eager leaves there."""
+    for node in graph.find_nodes(op="call_function", target=torch.ops.aten.as_strided_scatter.default):
+        base, src, size, stride = node.args[:4]
+        if not all(type(v) is int for v in (*size, *stride)):
+            continue
+        dims = [d for d, (n, st) in enumerate(zip(size, stride)) if st == 0 and n > 1]
+        if not dims:
+            continue
+        src_val = src.meta.get("val") if isinstance(src, torch.fx.Node) else None
+        with graph.inserting_before(node):
+            for d in dims:
+                src = graph.call_function(torch.ops.aten.slice.Tensor, (src, d, 0, 1))
+                if src_val is not None:
+                    src_val = torch.ops.aten.slice.Tensor(src_val, d, 0, 1)
+                    src.meta["val"] = src_val
+                src.meta.update({k: v for k, v in node.meta.items() if k not in ("val", "tensor_meta")})
+        new_size = [1 if d in dims else n for d, n in enumerate(size)]
+        node.args = (base, src, new_size, stride, *node.args[4:])

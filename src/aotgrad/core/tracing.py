@@ -29,7 +29,7 @@ from torch.overrides import TorchFunctionMode
 from ..errors import AotgradCompileError, compile_error_from
 from .analysis import SAME_ELEMENTS_INPLACE, Analysis, _sets_requires_grad, from_functional, to_functional
 from .eager_rewrites import EagerRewrites
-from .overlapping_writes import overlaps_itself
+from .overlapping_writes import overlaps_itself, scatter_once_per_location
 from .saved_tensors import versions_unchecked
 from .effects import effects_as_ordered_nodes, is_effectful
 from .provenance import backward_stack_traces
@@ -191,6 +191,7 @@ def _trace(
     # Flat positional placeholders (primals_1, ..., tangents_1, ...) instead of make_fx's
     # pytree-flattening signature: compilers and the runtime call graphs with flat args.
     gm.graph._codegen = torch.fx.graph.CodeGen()
+    scatter_once_per_location(gm.graph)
     gm.recompile()
     if not lazy:
         _LazyGraphModule.force_recompile(gm)
