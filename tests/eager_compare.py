@@ -298,13 +298,14 @@ def _autograd_leaves(inputs) -> list:
         for nxt, _ in fn.next_functions:
             visit(nxt, depth + 1)
 
+    # the leaf inputs first, in input order: the graph behind a non-leaf input mutated in
+    # place reaches other inputs in another order in eager (the ops that wrote into it) than
+    # compiled (the compiled function's node, all its inputs in order)
     for t in inputs:
-        if not isinstance(t, torch.Tensor) or not t.requires_grad:
-            continue
-        if t.is_leaf:
-            if all(t is not f for f in found):
-                found.append(t)
-        else:
+        if isinstance(t, torch.Tensor) and t.requires_grad and t.is_leaf and all(t is not f for f in found):
+            found.append(t)
+    for t in inputs:
+        if isinstance(t, torch.Tensor) and t.requires_grad and not t.is_leaf:
             visit(t.grad_fn)
     return found
 

@@ -208,7 +208,9 @@ def test_write_through_metadata_mutated_view_is_refused(base, view, meta):
         assert "mul_ at" in str(cause) and "v.mul_(w)" in str(cause)
 
 
-def test_fuzz_200276_write_through_transposed_view_after_t__is_refused():
+def test_fuzz_200276_write_through_transposed_view_after_t__is_eagers():
+    """Formerly refused: the write is traced through ``t0.as_strided`` of the view's current
+    geometry, as eager's CopySlices addresses it (:mod:`aotgrad.core.stale_views`)."""
     def f(a, b):
         t0 = b @ b.mT
         t1 = t0.transpose(1, 0)
@@ -216,9 +218,10 @@ def test_fuzz_200276_write_through_transposed_view_after_t__is_refused():
         t1.mul_(a)
         return t1 + 1, t0, t1
 
-    a, b = torch.randn(2, requires_grad=True), torch.randn(2, 3, requires_grad=True)
-    with pytest.raises(aotgrad.AotgradCompileError, match=r"in-place mul_ at .*t1\.mul_\(a\)"):
-        aotgrad.aot_function(f, aotgrad.nop)(a, b)
+    # (mutate_outputs=False: after t0 is written in place, the runtime's rebuilt t1 regenerates
+    # its grad_fn by replaying t().t_() where eager's is AsStridedBackward0, with or without
+    # the write through t1: a runtime matter)
+    check(f, lambda: (torch.randn(2, requires_grad=True), torch.randn(2, 3, requires_grad=True)), mutate_outputs=False)
 
 
 @pytest.mark.parametrize("meta", sorted(VIEW_METADATA_OPS))

@@ -1010,7 +1010,6 @@ def f(d):
     )
 
 
-@XFAIL("refused at compile time: a write autograd records through a view that t_() changed itself; was silently wrong (b.grad came out transposed)")
 def test_mul__through_t__mutated_view_of_intermediate_grad():
     """t1 = (b * 1)[:]; t1.t_(); t1.mul_(a): the gradient of mul_ must see t1's transposed layout."""
     check_case(
@@ -1100,7 +1099,6 @@ def f(a):
     )
 
 
-@XFAIL("refused at compile time: t1 = t0[1:] taken before t0.t_() and used once its storage changed (the traced autograd regenerates its grad_fn by replaying the view on the transposed t0); was silently wrong (the gradient landed on t0's first column)")
 def test_grad_of_view_of_intermediate_taken_before_t_():
     """t1 = t0[1:] is taken before t0.t_(); t1 keeps its own metadata, so c.grad is nonzero only in row 1."""
     check_case(
@@ -1914,7 +1912,6 @@ def f(a):
     )
 
 
-@XFAIL("refused at compile time: a write autograd records through a view that t_() changed itself (the traced autograd replays the view without it); was silently wrong")
 def test_mul__through_view_changed_by_t__is_refused():
     """Seed 200276 (minimized): t1 = t0.transpose(1, 0); t1.t_(); t1.mul_(a): the gradients
     of a and b were wrong; refused naming the write."""
@@ -2502,7 +2499,6 @@ def f(a, b, c):
     )
 
 
-@XFAIL("refused at compile time (was an untraceable joint: ViewBackward0 returned an invalid gradient): t6, taken between two unsqueeze_ of t0, is used once t0's storage changed and the traced autograd would replay its chain on the new t0")
 def test_views_between_two_unsqueeze__of_intermediate():
     """t6 = t0.transpose(1, 0) taken between two t0.unsqueeze_() calls; backward through t6 is fine in eager."""
     check_case(

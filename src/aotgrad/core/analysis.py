@@ -37,6 +37,7 @@ from .metadata import InputInfo, LeafSlot, OutputInfo, OutputType, ViewAndMutati
 from .saved_tensors import find_eager_saved, saving_through_view
 from .signature import GraphSignature
 from .subclasses import TensorStructure
+from .stale_views import StaleViewUses
 from .view_geometry import EagerViewGeometry, Geometry, functional_geometry
 
 _TRACING_LIMITATIONS = (
@@ -532,6 +533,7 @@ def analyze(
     geometry = EagerViewGeometry(
         [(f, t) for f, t in zip(f_inputs, fake_inputs) if isinstance(t, torch.Tensor)]
     )
+    geometry.stale_uses = StaleViewUses()
     try:
         with contextlib.ExitStack() as stack:
             stack.enter_context(fake_mode)
@@ -541,6 +543,8 @@ def analyze(
             stack.enter_context(checks)
             stack.enter_context(geometry)
             stack.enter_context(EagerRewrites())
+            # (innermost: the other modes see the calls it makes in place of the program's)
+            stack.enter_context(geometry.stale_uses)
             out_leaves, out_spec = program(*f_inputs)
     except AotgradCompileError:
         raise

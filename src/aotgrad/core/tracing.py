@@ -29,6 +29,7 @@ from torch.overrides import TorchFunctionMode
 from ..errors import AotgradCompileError, compile_error_from
 from .analysis import SAME_ELEMENTS_INPLACE, Analysis, _sets_requires_grad, from_functional, to_functional
 from .eager_rewrites import EagerRewrites
+from .stale_views import StaleViewUses
 from .overlapping_writes import overlaps_itself, scatter_once_per_location
 from .saved_tensors import versions_unchecked
 from .effects import effects_as_ordered_nodes, is_effectful
@@ -289,7 +290,7 @@ def trace_joint(
             f_primals = [to_functional(p) for p in primals]
             f_tangents = [to_functional(t) for t in tangents]
         leaves = NewLeaves(f_primals) if slot_flips else contextlib.nullcontext()
-        with unchecked, mode, torch.set_grad_enabled(grad_enabled), EagerRewrites(), NoGradMarks(), leaves:
+        with unchecked, mode, torch.set_grad_enabled(grad_enabled), EagerRewrites(), NoGradMarks(), leaves, StaleViewUses():
             fw_outs = forward(*f_primals)
         after_forward = [_mutation_state(f) for f in f_primals]
         with unchecked, mode, torch.enable_grad(), EagerRewrites():
@@ -509,7 +510,7 @@ def trace_loss_joint(
         mode = FunctionalTensorMode()
         with mode:
             f_primals = [to_functional(p) for p in primals]
-        with mode, torch.enable_grad(), EagerRewrites():
+        with mode, torch.enable_grad(), EagerRewrites(), StaleViewUses():
             fw_outs = forward(*f_primals)
         after_forward = [_mutation_state(f) for f in f_primals]
         with mode, torch.enable_grad(), EagerRewrites():

@@ -23,11 +23,13 @@ from typing import Any
 import torch
 import torch._C._functionalization as functionalization
 import torch.utils._pytree as pytree
+from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch._subclasses.functional_tensor import FunctionalTensor
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import _disable_current_modes
 
 from ..errors import AotgradCompileError, current_user_line
+from .stale_views import StaleViewUses
 
 __all__ = ["EagerViewGeometry", "Geometry", "functional_geometry"]
 
@@ -80,6 +82,9 @@ class EagerViewGeometry(TorchFunctionMode):
         #: ids of the inputs whose caller's tensor is its whole storage (no view, contiguous,
         #: offset 0): no synthetic base is made for them
         self.covering_inputs: set[int] = set()
+        #: the mode that addresses stale views by ``as_strided`` of their base (entered
+        #: inside this one: this one sees the calls it makes), whose rewrites are checked
+        self.stale_uses: StaleViewUses | None = None
         with _disable_current_modes():
             for f, fake in inputs:
                 storage = torch.empty(
@@ -164,6 +169,54 @@ class EagerViewGeometry(TorchFunctionMode):
                 self.view_versions[id(r)] = (r, r._version)
                 self.base_geometry_at_view[id(r)] = (r, _geometry(r._base))
 
+    def _check_stale_view_rewrites(self) -> None:
+        """Check the views that :class:`~aotgrad.core.stale_views.StaleViewUses` (entered inside
+        this mode) is replacing by ``as_strided`` of their base in the call it is making (this
+        mode sees the calls it makes instead of the program's); refuse where that is not eager's
+        gradient: the geometry it used is not eager's (the view's shadow), or the base's
+        functional value addresses its storage otherwise than eager's base (or is not the whole
+        storage, where ``as_strided`` offsets would name elements it does not hold)."""
+        if self.stale_uses is None or not self.stale_uses.rewritten:
+            return
+        rewritten, self.stale_uses.rewritten = self.stale_uses.rewritten, {}
+        name = self.stale_uses.rewritten_in
+        for view, used in rewritten.values():
+            if not self._rewrite_is_exact(view, used):
+                raise AotgradCompileError(
+                    f"aotgrad: {name} at {current_user_line()} uses (or writes through) a view that an "
+                    "in-place metadata op (t_, transpose_, unsqueeze_, squeeze_, as_strided_, ...) "
+                    "changed after it was made, or whose base it changed; eager's autograd addresses "
+                    "such a view by as_strided of its base, and that base is laid out otherwise in the "
+                    "traced program (a sliced or non-contiguous input, an as_strided_ or in-place op "
+                    "that re-laid it out), so the gradient would reach other elements. Use the "
+                    "out-of-place view op (t(), transpose(), unsqueeze(), ...) instead, or take the "
+                    "view of a clone()."
+                )
+
+    def _rewrite_is_exact(self, view: FunctionalTensor, used: Geometry) -> bool:
+        """``view._base.as_strided(*used)`` names in the traced program the elements eager's
+        ``as_strided`` of the base in the view's current geometry names."""
+        shadow = self._shadow(view)
+        root = view._base
+        root_shadow = self._shadow(root)
+        if root_shadow is None:
+            root_shadow = self._root_shadow(root)
+        if shadow is None or root_shadow is None:
+            return False
+        eager_root = _geometry(root_shadow)
+        values = (*used[0], *used[1], used[2], *eager_root[0], *eager_root[1], eager_root[2])
+        if any(type(v) is not int for v in values) or _geometry(shadow) != used:
+            return False
+        nbytes = root_shadow.untyped_storage().nbytes()
+        if (
+            eager_root[2] != 0 or not is_non_overlapping_and_dense_or_false(root_shadow)
+            or math.prod(eager_root[0]) * root_shadow.element_size() != nbytes
+        ):
+            return False
+        torch._sync(root)
+        value = torch._from_functional_tensor(root.elem)
+        return value.untyped_storage().nbytes() == nbytes and _same_addressing(eager_root, _geometry(value))
+
     def _refuse_write_through_outdated_view(self, name: str, args: tuple, kwargs: dict, out: Any) -> None:
         """Refuse an in-place data op that autograd records on a view whose base an in-place
         metadata op (``t_``, ``transpose_``, ...) re-laid out after the view was made. Eager's
@@ -241,6 +294,7 @@ class EagerViewGeometry(TorchFunctionMode):
         kwargs = kwargs or {}
         shadow = self._shadow(args[0]) if args else None
         with torch._C.DisableTorchFunction():  # the attribute reads are no program ops
+            self._check_stale_view_rewrites()
             self._refuse_as_strided_of_relaid_root(_name_of(func), args)
         if shadow is None:
             out = func(*args, **kwargs)
@@ -461,7 +515,8 @@ def _autograd_replays(view: FunctionalTensor) -> bool:
             replayed = view._view_func_unsafe(storage.as_strided(*base_geometry))
     except Exception:  # noqa: BLE001 - no recorded chain: autograd uses the view's own geometry
         return True
-    return _geometry(replayed) == view_geometry
+    # (strides of size-1 dims are never stepped along: the replay names the same elements)
+    return _same_addressing(_geometry(replayed), view_geometry)
 
 
 def _past_functional_storage(args: tuple, kwargs: dict, shadow: torch.Tensor) -> bool:

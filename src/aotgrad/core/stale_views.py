@@ -1,0 +1,168 @@
+"""Uses of (and writes through) views whose recorded op chain no longer gives their geometry.
+
+An in-place metadata op (``t_``, ``transpose_``, ``unsqueeze_``, ``squeeze_``, ``as_strided_``)
+on a view (or on a view it was taken from, or on its base) changes the view's geometry, or its
+base's, without autograd's record of the view's chain (``_view_func``) following. Eager's
+autograd never replays that chain: a view whose storage changed gets its ``grad_fn``
+regenerated as ``AsStridedBackward0`` off its base in the view's *current* (size, stride,
+offset), and a write through a view is recorded as ``CopySlices`` addressing the view by those
+numbers too. Autograd on the traced (functional) program replays the chain instead, so its
+gradient would reach other elements.
+
+:class:`StaleViewUses` rewrites such a use at the call site: the view is replaced by
+``base.as_strided(size, stride, offset)`` of its current geometry (a fresh view whose chain
+is that one ``as_strided``, which autograd replays exactly), and a write through it writes
+through that ``as_strided`` view. The gradient is then the one eager's ``AsStridedBackward0`` /
+``CopySlices`` gives wherever the functional base addresses its storage as eager's base does
+and the view's functional geometry is eager's; the analysis
+(:meth:`~aotgrad.core.view_geometry.EagerViewGeometry`) checks that for every rewrite it sees
+and refuses the program where it does not hold. The mode runs in the analysis and in the
+joint trace alike, so both see the same program.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch._C._functionalization as functionalization
+import torch.utils._pytree as pytree
+from torch._subclasses.functional_tensor import FunctionalTensor
+from torch.overrides import TorchFunctionMode
+
+__all__ = ["StaleViewUses", "writes_through_source"]
+
+Geometry = tuple[tuple[int, ...], tuple[int, ...], int]
+
+#: in-place ops that change a tensor's size, stride or storage and no data
+_METADATA_INPLACE = frozenset(
+    {"t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_", "as_strided_",
+     "resize_", "resize_as_", "set_", "detach_", "requires_grad_", "share_memory_"}
+)
+#: augmented assignments (``t += x``): in-place data ops by another name
+_INPLACE_DUNDERS = frozenset(
+    {"__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__",
+     "__ipow__", "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__", "__imatmul__"}
+)
+
+
+def _geometry(t: torch.Tensor) -> Geometry:
+    with torch._C.DisableTorchFunction():
+        return (tuple(t.shape), tuple(t.stride()), t.storage_offset())
+
+
+def writes_through_source(name: str) -> bool:
+    """``name`` is an in-place data op on its first argument (no metadata op)."""
+    if name in _METADATA_INPLACE:
+        return False
+    return name == "__setitem__" or name in _INPLACE_DUNDERS or (name.endswith("_") and not name.endswith("__"))
+
+
+class StaleViewUses(TorchFunctionMode):
+    """Replaces, in each op that autograd records, a view whose recorded chain autograd would
+    replay to another geometry (:func:`~aotgrad.core.view_geometry._autograd_replays`) by
+    ``base.as_strided`` of the view's current geometry, where eager's autograd addresses the
+    view that way: a write through it, or a use once an in-place op changed its storage since
+    autograd last recorded its history (eager regenerates its ``grad_fn`` then).
+
+    ``rewritten``: the views the call being made replaces, ``id -> (view, geometry used)``,
+    and ``rewritten_in`` its op's name, for the analysis to check that geometry against
+    eager's (it consumes them)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: id(view) -> (the view, the version autograd last recorded its history at)
+        self._versions: dict[int, tuple[torch.Tensor, int]] = {}
+        #: id(view) -> (the view, its base's geometry when it was made)
+        self._base_geometry: dict[int, tuple[torch.Tensor, Geometry]] = {}
+        self.rewritten: dict[int, tuple[torch.Tensor, Geometry]] = {}
+        self.rewritten_in = ""
+
+    def _stale(self, t: torch.Tensor) -> bool:
+        entry = self._versions.get(id(t))
+        return entry is not None and entry[0] is t and entry[1] != t._version
+
+    def _base_moved(self, t: torch.Tensor) -> bool:
+        entry = self._base_geometry.get(id(t))
+        return entry is not None and entry[0] is t and entry[1] != _geometry(t._base)
+
+    def _targets(self, name: str, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+        """The views of this call to address by ``as_strided`` of their base."""
+        from .view_geometry import _autograd_replays  # (view_geometry imports this module)
+
+        if not torch.is_grad_enabled() or name in ("__get__", "__set__") or not args:
+            return []
+        source = args[0]
+        leaves = pytree.tree_leaves((args, {k: v for k, v in kwargs.items() if k != "out"}))
+        writes = isinstance(source, FunctionalTensor) and writes_through_source(name) and any(
+            isinstance(t, torch.Tensor) and t.requires_grad for t in leaves
+        )
+        targets: list[torch.Tensor] = []
+        with torch._C.DisableTorchFunction():
+            for t in leaves:
+                if (
+                    not isinstance(t, FunctionalTensor) or t._base is None or not t.requires_grad
+                    or any(t is u for u in targets)
+                ):
+                    continue
+                if t is source and name in _METADATA_INPLACE:
+                    continue  # the op changes the view itself: not a use of it
+                written = writes and t is source
+                if not (written or self._stale(t)):
+                    continue
+                if _autograd_replays(t) and not (written and self._base_moved(t)):
+                    continue
+                if torch._C._autograd._get_creation_meta(t) != torch._C._autograd.CreationMeta.DEFAULT:
+                    continue  # eager raises on such a view; the trace does too
+                if written and functionalization.get_view_meta_sequence(t._base.elem):
+                    # an in-place metadata op made the base a view of itself in
+                    # functionalization, which refuses a write through an as_strided that is
+                    # not the first view of its chain (the analysis refuses the write)
+                    continue
+                targets.append(t)
+        return targets
+
+    def _note_versions(self, source: Any, out: Any) -> None:
+        """As :meth:`EagerViewGeometry._note_versions`: new views' versions and base
+        geometry; an in-place op autograd records on a view rebases it."""
+        if out is source and isinstance(source, FunctionalTensor):
+            entry = self._versions.get(id(source))
+            if entry is not None and entry[0] is source and torch.is_grad_enabled() and source.requires_grad:
+                self._versions[id(source)] = (source, source._version)
+            return
+        for r in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(r, FunctionalTensor) and r is not source and r._base is not None and id(r) not in self._versions:
+                self._versions[id(r)] = (r, r._version)
+                self._base_geometry[id(r)] = (r, _geometry(r._base))
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        targets = self._targets(name, args, kwargs)
+        self.rewritten = {}
+        if not targets:
+            out = func(*args, **kwargs)
+            with torch._C.DisableTorchFunction():
+                self._note_versions(args[0] if args else None, out)
+            return out
+        proxies: dict[int, torch.Tensor] = {}
+        self.rewritten_in = name
+        for t in targets:
+            geometry = _geometry(t)
+            self.rewritten[id(t)] = (t, geometry)
+            proxies[id(t)] = t._base.as_strided(*geometry)
+        source = args[0]
+
+        def swap(x: Any) -> Any:
+            return proxies.get(id(x), x) if isinstance(x, FunctionalTensor) and any(x is t for t in targets) else x
+
+        new_args, new_kwargs = pytree.tree_map(swap, (args, kwargs))
+        out = func(*new_args, **new_kwargs)
+        if id(source) in proxies and out is proxies[id(source)]:
+            # an in-place op through the view returns the view itself; its value follows the
+            # base's (the write went through the as_strided view), and its next recorded use
+            # is rewritten again, as eager regenerates its grad_fn again
+            return source
+        with torch._C.DisableTorchFunction():
+            self._note_versions(new_args[0], out)
+        return out
