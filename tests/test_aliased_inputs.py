@@ -418,3 +418,37 @@ def test_root_gradient_outside_the_first_member(members, leaf):
         return PARTIAL_VIEW_FIRST[members](x if leaf else x * 1)
 
     check(f, make)
+
+
+# Inputs on the storage of a tensor that does not require grad: the tensor, views of it and a
+# detach()ed alias; an in-place op with an operand requiring grad through a view rebases the
+# tensor's history (eager's CopySlices), so the other views get a grad_fn; through the
+# detached alias it gives that alias one of its own.
+NO_GRAD_ROOT_MEMBERS = {
+    "y, y.detach(), y.t()": lambda y: (y, y.detach(), y.t()),
+    "y[0], y.detach(), y": lambda y: (y[0], y.detach(), y),
+    "y.t(), y.detach(), y.t()": lambda y: (y.t(), y.detach(), y.t()),
+}
+
+
+@pytest.mark.parametrize("write", ["view", "detached"])
+@pytest.mark.parametrize("members", sorted(NO_GRAD_ROOT_MEMBERS))
+def test_write_with_grad_through_a_view_of_a_root_without_grad(members, write):
+    """Was a view requiring grad with no grad_fn (backward: 'element 0 of tensors does not
+    require grad'; fuzz seed 431894): without a common ._base every member not requiring grad
+    was taken as a separate autograd family, also views of the source's own root."""
+    from tests.fuzz import harness
+
+    writer = "d" if write == "view" else "c"
+    harness.check_case(
+        source=f"def f(a, b, c, d):\n    t1 = b[..., :1]\n    {writer}.add_(a.mean())\n    return t1, d * 2\n",
+        inputs={
+            "bases": [{"shape": [2], "dtype": "float32", "rg": True}, {"shape": [2, 2], "dtype": "float32", "rg": False}],
+            "args": [
+                {"kind": "tensor", "base": 0, "expr": "x"},
+                *({"kind": "tensor", "base": 1, "expr": e.replace("y", "x")} for e in members.split(", ")),
+            ],
+        },
+        impl=harness.aotgrad_impl,
+        seed=9,
+    )

@@ -68,11 +68,16 @@ class SyntheticBase:
     #: per member, whether the caller's tensor requires grad (a detach()ed alias of a base
     #: that requires grad does not, and must not inside the graph either)
     member_requires_grad: tuple[bool, ...] = ()
-    #: without a common base, members that do not require grad are separate autograd
-    #: families (``detach()``ed aliases): their data mutations that eager's autograd records
+    #: without a common base, members that do not require grad and are not rooted at the
+    #: source's root are separate autograd families (``detach()``ed aliases): their data
+    #: mutations that eager's autograd records
     #: (an in-place op with an operand that requires grad) give *them* a grad_fn, not the
     #: base's source. These are those members (call-input indices).
     separate_family_mutations: tuple[int, ...] = ()
+    #: per member, whether its autograd root (``._base``, or itself) is the source member's:
+    #: a view of that root that does not require grad (the root does not) is no separate
+    #: family; its recorded mutation rebases the root's history, as in eager
+    member_in_source_family: tuple[bool, ...] = ()
 
     def make(self, call_inputs: list[torch.Tensor]) -> torch.Tensor:
         """The base for this call (the caller's real tensors)."""
@@ -165,14 +170,15 @@ class InputAliasing:
                 # then starts its view chain, as functionalization needs to replay a write
                 # through it onto the base.
                 source = base._base if _same_geometry_alias(base) else base
-                for m, view, replay, rg in zip(b.members, b.member_views, b.replay, b.member_requires_grad):
+                families = b.member_in_source_family or (False,) * len(b.members)
+                for m, view, replay, rg, in_family in zip(b.members, b.member_views, b.replay, b.member_requires_grad, families):
                     if replay:
                         member = templates[m]._view_func_unsafe(source)
                     elif b.common_base and view == b.base_view and templates[m]._base is None:
                         member = base
                     else:
                         member = source.as_strided(*view)
-                    separate = not rg and (member.requires_grad or not b.common_base)
+                    separate = not rg and (member.requires_grad or not (b.common_base or in_family))
                     if separate and not replay and overlaps_itself(*view[:2]):
                         # detached before the as_strided: the member's ._base is then the
                         # storage, which a write through memory that overlaps itself writes
@@ -202,6 +208,11 @@ class InputAliasing:
 def _same_geometry_alias(t: torch.Tensor) -> bool:
     """``t`` is a view of its ``._base`` with the base's own size, stride and offset."""
     return t._base is not None and _strided(t) == _strided(t._base) and t.dtype == t._base.dtype
+
+
+def _root(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s autograd root: its ``._base``, or itself."""
+    return t if t._base is None else t._base
 
 
 def _disjoint_sets(tensors: list[torch.Tensor]) -> list[list[int]]:
@@ -312,9 +323,15 @@ def plan_input_aliasing(
             common and not metadata.input_info[i].addresses_storage and _replayable(fake_inputs[i], fake_root, v)
             for i, v in zip(group, views)
         )
+        # (a family of the source alone is taken as before: separately, through detach())
+        source_root = _root(call_inputs[source])
+        in_family = tuple(_root(call_inputs[i]) is source_root for i in group)
+        if sum(in_family) < 2:
+            in_family = (False,) * len(group)
         separate = () if common else tuple(
-            i for i in group
+            i for i, family in zip(group, in_family)
             if not call_inputs[i].requires_grad
+            and not family
             and metadata.input_info[i].mutates_data
             and metadata.input_info[i].mutation_visible_to_autograd
         )
@@ -328,7 +345,7 @@ def plan_input_aliasing(
         bases.append(
             SyntheticBase(
                 tuple(group), common, source, base_view, views, replay,
-                tuple(call_inputs[i].requires_grad for i in group), separate,
+                tuple(call_inputs[i].requires_grad for i in group), separate, in_family,
             )
         )
         merged.update(group)
