@@ -103,3 +103,36 @@ def f(a, k, s, mode):
         modes=['no_grad', 'grad'],
         seed=20613,
     )
+
+
+#: in-place dim permutations autograd records on a non-leaf input
+PERMUTING = {
+    "t_": "a.t_()",
+    "transpose_": "a.transpose_(0, -1)",
+    "swapdims_": "a.swapdims_(-2, -1)",
+    "two_transposes": "a.transpose_(0, 1).transpose_(1, -1)",
+}
+
+#: (leaf shape, the non-leaf input made from it): 2-D ones for t_
+COPIES = {
+    "column": ([2, 1], "x.clone()"),
+    "row": ([1, 3], "x.clone()"),
+    "column_times": ([3, 1], "x * 2"),
+    "3d": ([2, 1, 3], "x.clone()"),
+    "3d_front": ([1, 2, 2], "x.clone()"),
+}
+
+
+@pytest.mark.parametrize("after", ["return a,", "return a.sin(),", "return a.detach(), a"])
+@pytest.mark.parametrize("op", sorted(PERMUTING))
+@pytest.mark.parametrize("copy", sorted(COPIES))
+def test_recorded_permutation_of_non_leaf_input(copy: str, op: str, after: str) -> None:
+    """A non-leaf input whose dims the program permutes in place with grad recording: eager's
+    history holds the transposes, whose backward transposes the gradient back (the runtime
+    replays them as transposes, not as ``as_strided_``, whose backward lays the gradient out
+    as the input). Fuzz seed 422539 (seed 420000 run), minimized: ``a.t_()`` of ``x.clone()``
+    for a [2, 1] leaf."""
+    shape, expr = COPIES[copy]
+    if op == "t_" and len(shape) != 2:
+        pytest.skip("t_ is 2-D only")
+    _check(f"def f(a):\n    {PERMUTING[op]}\n    {after}\n", shape, expr)

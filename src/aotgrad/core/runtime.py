@@ -442,8 +442,36 @@ def replay_metadata(real: torch.Tensor, new_view: tuple, no_op: bool = False) ->
     recorded = torch.is_grad_enabled() and real.requires_grad and not of_leaf
     if no_op and recorded:
         return
+    swaps = _swaps_to(real, new_view) if recorded else None
     with torch.set_grad_enabled(recorded):
-        _restride(real, new_view)
+        if swaps:
+            # eager's history holds the program's transposes (t_, transpose_): their backward
+            # transposes the gradient back, keeping its strides also in size-1 dims, where
+            # AsStridedBackward0 would lay it out as the input
+            version = real._version
+            for d0, d1 in swaps:
+                real.transpose_(d0, d1)
+            _set_version_counter((real,), (version,))
+        else:
+            _restride(real, new_view)
+
+
+def _swaps_to(t: torch.Tensor, geometry: tuple) -> list[tuple[int, int]] | None:
+    """Transpositions that take ``t``'s (size, stride) to ``geometry``'s, where that is a
+    permutation of ``t``'s dims at the same storage offset (a sequence of ``t_`` /
+    ``transpose_``); None otherwise. Dims of equal size and stride are interchangeable."""
+    size, stride, offset = geometry
+    dims = list(zip(t.shape, t.stride()))
+    target = list(zip(size, stride))
+    if offset != t.storage_offset() or sorted(dims) != sorted(target) or dims == target:
+        return None
+    swaps = []
+    for i, want in enumerate(target):
+        if dims[i] != want:
+            j = dims.index(want, i + 1)
+            dims[i], dims[j] = dims[j], dims[i]
+            swaps.append((i, j))
+    return swaps
 
 
 def _restride_to_output(t: torch.Tensor, info: OutputInfo, geometry: tuple | None) -> None:
