@@ -56,7 +56,11 @@ MAKERS = {
 
 
 #: still open (issue 12): the input leaf's .grad strides differ from eager's in size-1 dims
-#: (the compiled backward's kernels lay the gradient out otherwise than eager's autograd)
+#: (the compiled backward's kernels lay the gradient out otherwise than eager's autograd:
+#: clamp_'s formula and gradient sums run in place in eager, out of place in the graph, and
+#: TensorIterator makes an out-of-place result of all-contiguous same-shape operands
+#: contiguous; a write through a view of an intermediate: CopySlices lays the gradient out as
+#: the intermediate, the graph's scatter backward otherwise; docs/user-guide.md)
 GRAD_STRIDE_OPEN = frozenset({
     'test_intermediate_keeps_layout_through_inplace_op[clamp_-size1_transpose_3d]',
     'test_intermediate_keeps_layout_through_inplace_op[clamp_-size1_transposed]',
