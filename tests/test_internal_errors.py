@@ -153,3 +153,24 @@ def test_one_value_write_through_detached_expanded_input(body, modes):
         inputs=_EXPANDED_INPUT,
         modes=modes,
     )
+
+
+# --------------------------------------------------------------------------- a gradient autograd itself cannot take
+
+
+def _reshaped_under_no_grad_then_written(a):
+    with torch.no_grad():
+        a.unsqueeze_(-1)
+    a.add_(1)
+    return a
+
+
+def test_untraceable_gradient_names_the_forward_line():
+    """A non-leaf input re-shaped in place under no_grad, then written with grad recording:
+    autograd's shape check fails in the backward (eager raises it there too), with no user
+    frame on the stack; the refusal named '<unknown location>' (fuzz seed 422467) and now
+    names the line whose gradient failed."""
+    x = torch.randn(3, 4, requires_grad=True)
+    _reshaped_under_no_grad_then_written(x.clone())  # eager's forward runs
+    with pytest.raises(AotgradCompileError, match=r'gradient of .*:\d+ in _reshaped_under_no_grad_then_written: "a\.add_\(1\)".*invalid gradient'):
+        aotgrad.aot_function(_reshaped_under_no_grad_then_written, nop)(x.clone())

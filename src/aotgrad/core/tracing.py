@@ -10,7 +10,10 @@ The joint function
 from __future__ import annotations
 
 import contextlib
+import linecache
+import re
 import sys
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -26,7 +29,7 @@ from torch.fx._lazy_graph_module import _LazyGraphModule, _use_lazy_graph_module
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
 from torch.overrides import TorchFunctionMode
 
-from ..errors import AotgradCompileError, compile_error_from
+from ..errors import AotgradCompileError, compile_error_from, frame_rank, user_frame_of
 from .analysis import SAME_ELEMENTS_INPLACE, Analysis, _sets_requires_grad, from_functional, to_functional
 from .eager_rewrites import EagerRewrites
 from .stale_views import StaleViewUses
@@ -315,11 +318,50 @@ def trace_joint(
         return [[from_functional(o) for o in fw_outs], [from_functional(g) for g in grads] + new_values]
 
     found: list[tuple[int, ...]] = []
-    gm = _trace(joint, (primals, tangents), decompositions, fake_mode, lazy=True)
+    try:
+        gm = _trace(joint, (primals, tangents), decompositions, fake_mode, lazy=True)
+    except AotgradCompileError as exc:
+        cause = exc.__cause__
+        if cause is None or user_frame_of(cause) is not None:
+            raise
+        # autograd's own error in the backward formula: no user frame on its stack
+        line = _forward_line_of_failing_gradient(lambda: _trace(joint, (primals, tangents), decompositions, fake_mode, lazy=True))
+        if line is None:
+            raise
+        raise AotgradCompileError(
+            f"aotgrad could not trace the gradient of {line}: {type(cause).__name__}: {cause}"
+        ) from cause
     mark_tangents(gm.graph, len(primals))
     if found and found[-1]:
         signature = replace(signature, backward_mutated_inputs=found[-1])
     return JointGraph(gm, signature, primals, tangents)
+
+
+_ANOMALY_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+
+
+def _forward_line_of_failing_gradient(trace_again: Callable[[], Any]) -> str | None:
+    """``file:line in fn: "code"`` of the user's line whose gradient failed while the joint
+    was traced, where the failure (``trace_again()`` raising again) was autograd's own (a
+    backward formula's shape check, say) and so named no user line. Only on that error
+    path: the trace is run once more under anomaly mode, whose warning carries the forward
+    call's stack (autograd records it per node then); None where none is found."""
+    with warnings.catch_warnings(record=True) as caught, torch.autograd.detect_anomaly(check_nan=False):
+        warnings.simplefilter("always")
+        try:
+            trace_again()
+        except Exception:  # the same failure, now with the forward's stack in the warning
+            pass
+    for w in caught:
+        text = str(w.message)
+        if "Traceback of forward call that caused the error" not in text:
+            continue
+        frames = [m for m in _ANOMALY_FRAME.finditer(text) if frame_rank(m.group(1)) == 2]
+        if frames:
+            filename, lineno, function = frames[-1].group(1), int(frames[-1].group(2)), frames[-1].group(3)
+            code = linecache.getline(filename, lineno).strip()
+            return f'{filename}:{lineno} in {function}: "{code}"'
+    return None
 
 
 def _mutation_state(f: Any) -> tuple[int, tuple] | None:
