@@ -266,3 +266,21 @@ def test_no_op_metadata_mutation_keeps_the_gradient_layout(meta, layout, ret, gr
         impl=harness.aotgrad_impl,
         seed=7,
     )
+
+
+@pytest.mark.parametrize("caller", ["grad", "no_grad"])
+@pytest.mark.parametrize("meta", ["a.unsqueeze_(1)", "a.t_()", "a.transpose_(0, 1)", "a.squeeze_(0).unsqueeze_(-1)"])
+def test_metadata_mutation_under_no_grad_of_non_leaf_input_is_not_recorded(meta, caller):
+    """Was a recorded as_strided_ (AsStridedBackward1) under a no_grad caller, whose entry
+    runs its write backs with grad enabled (an output requires grad): eager records nothing,
+    the input keeps its grad_fn (CloneBackward0), and the backward raises eager's shape error
+    (fuzz seed 432613)."""
+    from tests.fuzz import harness
+
+    harness.check_case(
+        source=f"def f(a):\n    with torch.no_grad():\n        {meta}\n    return a,\n",
+        inputs={"bases": [{"shape": [1, 3], "dtype": "float32", "rg": True}], "args": [{"kind": "tensor", "base": 0, "expr": "x.clone()"}]},
+        modes=[caller],
+        impl=harness.aotgrad_impl,
+        seed=11,
+    )

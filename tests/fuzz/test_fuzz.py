@@ -74,7 +74,6 @@ KNOWN: dict[str, list[str]] = {
     "call: eager raised, impl did not: RuntimeError: result type Float can't be cast": ["test_float_result_out_into_int32_view_raises"],
     "call: eager raised, impl did not: RuntimeError: unsupported operation: some elements": ["test_overlapping_inplace_add_raises"],
     "backward: eager raised, impl did not: RuntimeError: Trying to use a saved tensor that has been detac": ["test_backward_after_detach__of_output_saved_for_backward"],
-    "backward: eager raised, impl did not: RuntimeError: invalid gradient": ["test_unsqueeze__under_no_grad_then_backward_shape_error"],
     "backward: eager raised, impl did not: RuntimeError: Function": ["test_backward_through_reshape_of_input_unsqueezed_under_no_grad", "test_backward_of_view_after_no_grad_t__between_metadata_mutations"],
 }
 

@@ -461,7 +461,6 @@ def f(a, b, d):
     )
 
 
-@XFAIL("aotgrad's backward succeeds")
 def test_unsqueeze__under_no_grad_then_backward_shape_error():
     """unsqueeze_() of a non-leaf input under no_grad: eager's backward through the returned input raises a gradient shape error."""
     check_case(

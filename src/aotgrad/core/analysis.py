@@ -602,6 +602,7 @@ def analyze(
                 new_view=geometry.geometry(f) if meta else None,
                 metadata_mutation_is_no_op=meta and i not in checks.as_strided_inputs
                 and i not in checks.restrided_under_no_grad and _same_static_geometry(geometry.geometry(f), fake),
+                metadata_mutation_under_no_grad=meta and i in checks.restrided_under_no_grad,
                 addresses_storage=i in checks.storage_addressed,
                 sets_requires_grad=i in checks.inputs_set_requiring_grad,
                 detached_in_place=i in checks.detached_inputs,

@@ -96,6 +96,10 @@ class InputInfo:
     #: history gains view ops that change nothing, so nothing is replayed (an ``as_strided_``
     #: would route the gradient through its backward, laid out as the base)
     metadata_mutation_is_no_op: bool = False
+    #: the program changes this input's size/stride in place under no_grad while it
+    #: requires grad: autograd records none of it (its grad_fn keeps expecting the entry
+    #: shape, as eager's), whatever grad mode the write backs run in
+    metadata_mutation_under_no_grad: bool = False
 
     @property
     def mutated(self) -> bool:

@@ -414,6 +414,8 @@ class Writeback:
     new_view: tuple | None = None
     #: ``InputInfo.metadata_mutation_is_no_op``
     metadata_no_op: bool = False
+    #: ``InputInfo.metadata_mutation_under_no_grad``
+    metadata_under_no_grad: bool = False
 
 
 def _writebacks(metadata: ViewAndMutationMetadata, signature: GraphSignature) -> tuple[Writeback, ...]:
@@ -424,13 +426,13 @@ def _writebacks(metadata: ViewAndMutationMetadata, signature: GraphSignature) ->
         out.append(
             Writeback(
                 start + k, i, info.mutates_data, info.mutates_metadata, info.mutation_visible_to_autograd,
-                info.new_view, info.metadata_mutation_is_no_op,
+                info.new_view, info.metadata_mutation_is_no_op, info.metadata_mutation_under_no_grad,
             )
         )
     return tuple(out)
 
 
-def replay_metadata(real: torch.Tensor, new_view: tuple, no_op: bool = False) -> None:
+def replay_metadata(real: torch.Tensor, new_view: tuple, no_op: bool = False, under_no_grad: bool = False) -> None:
     """Give ``real`` the (size, stride, storage_offset) the program left it with.
 
     As in eager, autograd records the change only where it sees it; on a leaf that requires
@@ -439,7 +441,9 @@ def replay_metadata(real: torch.Tensor, new_view: tuple, no_op: bool = False) ->
     AsStridedBackward in the history where eager's has view ops that change nothing.
     """
     of_leaf = real.is_leaf or (real._base is not None and real._base.is_leaf)
-    recorded = torch.is_grad_enabled() and real.requires_grad and not of_leaf
+    # (``under_no_grad``: the program's op was, also where the entry runs its write backs
+    # with grad enabled for what it records under a no_grad caller)
+    recorded = torch.is_grad_enabled() and real.requires_grad and not of_leaf and not under_no_grad
     if no_op and recorded:
         return
     swaps = _swaps_to(real, new_view) if recorded else None
@@ -520,7 +524,7 @@ def apply_writebacks(
                 finally:
                     _set_grad_enabled(prev)
         if w.metadata:
-            replay_metadata(real, w.new_view if new_views is None else new_views[k], w.metadata_no_op)
+            replay_metadata(real, w.new_view if new_views is None else new_views[k], w.metadata_no_op, w.metadata_under_no_grad)
 
 
 @dataclass(frozen=True)
