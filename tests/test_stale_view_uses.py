@@ -255,3 +255,41 @@ def f(a, b, flag, mode):
         modes=['grad', 'no_grad'],
         seed=12522,
     )
+
+
+def test_metadata_reads_and_detach_of_stale_view():
+    """Reading a stale view's size or strides records nothing (no rewrite, no refusal); its
+    detach() is taken of the as_strided view, eager's values."""
+    check_case(
+        source='''
+def f(a, w):
+    t = a[1:] * 2
+    v = t[1:, :3]
+    v.t_()
+    t.mul_(w)
+    n = v.size(0) + v.numel() + v.dim() + v.stride(0) + v.storage_offset()
+    d = v.detach()
+    return t * n, d
+''',
+        inputs={"bases": [{"shape": [4, 4], "dtype": "float32", "rg": True}, {"shape": [], "dtype": "float32", "rg": True}],
+                "args": [{"kind": "tensor", "base": 0, "expr": "x * 1"}, {"kind": "tensor", "base": 1, "expr": "x"}]},
+        modes=["grad", "no_grad"],
+    )
+
+
+def test_stale_view_of_restrided_root_still_refused():
+    """Fuzz seed 412052: the root was re-strided by as_strided_ (it no longer spans its
+    storage), so as_strided of it is not known to name eager's elements: a clear refusal."""
+    res = run_case(
+        '''
+def f(a, s, flag):
+    t0 = torch.where(a > 0, a, a)
+    t1 = t0.t()
+    t0.as_strided_((1,), (1,), 0)
+    t2 = t1.unbind(1)[3]
+    return t1, a
+''',
+        {'bases': [{'shape': [4, 1], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'value', 'value': -1.5}, {'kind': 'value', 'value': False}]},
+        None, post=[], modes=['grad'], seed=12052,
+    )
+    assert not res.ok and "aotgrad: unbind at" in res.report() and "by as_strided of its ba" in res.report()

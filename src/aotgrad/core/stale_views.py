@@ -39,6 +39,13 @@ _METADATA_INPLACE = frozenset(
     {"t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_", "as_strided_",
      "resize_", "resize_as_", "set_", "detach_", "requires_grad_", "share_memory_"}
 )
+#: ops that read a tensor's metadata (or make an alias autograd does not record): no use of
+#: its autograd history, so nothing to rewrite (and nothing for the analysis to refuse)
+_NOT_RECORDED = frozenset(
+    {"__get__", "__set__", "size", "stride", "dim", "ndimension", "numel", "nelement", "storage_offset",
+     "is_contiguous", "element_size", "untyped_storage", "data_ptr", "__len__", "__repr__",
+     "__format__", "requires_grad_", "is_floating_point", "is_complex", "type"}
+)
 #: augmented assignments (``t += x``): in-place data ops by another name
 _INPLACE_DUNDERS = frozenset(
     {"__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__",
@@ -90,7 +97,7 @@ class StaleViewUses(TorchFunctionMode):
         """The views of this call to address by ``as_strided`` of their base."""
         from .view_geometry import _autograd_replays  # (view_geometry imports this module)
 
-        if not torch.is_grad_enabled() or name in ("__get__", "__set__") or not args:
+        if not torch.is_grad_enabled() or name in _NOT_RECORDED or not args:
             return []
         source = args[0]
         leaves = pytree.tree_leaves((args, {k: v for k, v in kwargs.items() if k != "out"}))
