@@ -2869,3 +2869,22 @@ def f(k, a):
         modes=['grad', 'grad'],
         seed=12400,
     )
+
+
+@XFAIL("refused at compile time: t1 = t0.t() is used (unbind) once t0 was re-strided by as_strided_ onto part of its storage; eager addresses t1 by as_strided of t0, which aotgrad does only where the base spans its storage as eager's (core/stale_views.py)")
+def test_unbind_of_view_of_intermediate_restrided_by_as_strided_():
+    """Fuzz seed 412052 (seed 410000 run)."""
+    check_case(
+        source='''
+def f(a, s, flag):
+    t0 = torch.where(a > 0, a, a)
+    t1 = t0.t()
+    t0.as_strided_((1,), (1,), 0)
+    t2 = t1.unbind(1)[3]
+    return t1, a
+''',
+        inputs={'bases': [{'shape': [4, 1], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'value', 'value': -1.5}, {'kind': 'value', 'value': False}]},
+        post=[],
+        modes=['grad'],
+        seed=12052,
+    )
