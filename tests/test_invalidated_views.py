@@ -48,3 +48,27 @@ def test_invalidated_multi_output_view_raises_eager_message(view, after, layout,
         inputs={"bases": [{"shape": [3, 3], "dtype": "float32", "rg": True}], "args": [{"kind": "tensor", "base": 0, "expr": layout}]},
         seed=5,
     )
+
+
+#: inputs aliasing ``a`` (the first is the one the multi-output view is taken of)
+ALIASED = {
+    "detached_alias": ["x", "x.detach()"],
+    "slice_and_detached": ["x[:, ::2]", "x.detach()"],
+    "expanded_member": ["x", "x.detach()", "x.expand(2, 3, 4)"],
+}
+
+
+@pytest.mark.parametrize("view", ["a.unbind(1)[1]", "a.split(1, 0)[1]", "a.chunk(2, 1)[0]"])
+@pytest.mark.parametrize("aliased", sorted(ALIASED))
+def test_multi_output_view_invalidated_through_another_input(aliased, view):
+    """Was a usable view (silent: eager's grad_fn read and backward raise; fuzz seeds 421575,
+    430405): a write through another input on the same storage (a detach()ed alias)
+    invalidates eager's multi-output view of the first; only the run over the synthetic base
+    sees the shared version counter, and the output took the run over the call's inputs."""
+    exprs = ALIASED[aliased]
+    params = ", ".join(f"i{k}" for k in range(len(exprs)))
+    check_case(
+        source=f"def f({params}):\n    a = i0\n    v = {view}\n    i1.zero_()\n    return v, a * 1\n",
+        inputs={"bases": [{"shape": [3, 4], "dtype": "float32", "rg": True}], "args": [{"kind": "tensor", "base": 0, "expr": e} for e in exprs]},
+        seed=6,
+    )

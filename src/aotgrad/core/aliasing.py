@@ -379,10 +379,15 @@ def outputs_on_call_inputs(
             # A mutation of one alias invalidates views of its siblings: only the run over
             # bases sees that (shared version counter); taken where the call's run agrees
             # that eager's view was made in no_grad mode.
-            invalidated = o_call.invalidated
+            invalidated, step = o_call.invalidated, o_call.multi_output_step
             if o_base.invalidated == "NO_GRAD_MODE" and o_call.no_grad_view:
                 invalidated = o_base.invalidated
-            o_base = dataclasses.replace(o_call, requires_grad=o_base.requires_grad, invalidated=invalidated)
+            elif o_base.invalidated == "MULTI_OUTPUT_NODE" and o_base.multi_output_step is not None:
+                # (its chain over the base ends with the same multi-output op as the caller's)
+                invalidated, step = o_base.invalidated, o_base.multi_output_step
+            o_base = dataclasses.replace(
+                o_call, requires_grad=o_base.requires_grad, invalidated=invalidated, multi_output_step=step
+            )
         elif o_base.storage_of_input is not None:
             # a detach()ed alias with its own history: rebuilt off the caller's input
             if o_call.storage_of_input is not None:
