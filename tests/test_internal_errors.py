@@ -174,3 +174,61 @@ def test_untraceable_gradient_names_the_forward_line():
     _reshaped_under_no_grad_then_written(x.clone())  # eager's forward runs
     with pytest.raises(AotgradCompileError, match=r'gradient of .*:\d+ in _reshaped_under_no_grad_then_written: "a\.add_\(1\)".*invalid gradient'):
         aotgrad.aot_function(_reshaped_under_no_grad_then_written, nop)(x.clone())
+
+
+# --------------------------------------------------------------------------- as_strided of a detach()ed alias
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        # fuzz seed 422630: a detach()ed input, written through as_strided of it
+        """
+def f(a):
+    t1 = a.detach()
+    t2 = t1.as_strided((3,), (1,), 0)
+    t2.clamp_(-0.5, 0.5)
+    t3 = a.abs()
+    return t3, a, t2, t2
+""",
+        # a detach()ed view of an input (fuzz seed 422519)
+        """
+def f(a):
+    t0 = a.reshape(3)
+    t1 = t0.detach()
+    t2 = t1.as_strided((1,), (1,), 1)
+    t2.add_(1.5)
+    return t1, t2
+""",
+        # read only, returned; and a detach()ed intermediate
+        """
+def f(a):
+    t0 = a * 2
+    t2 = t0.detach().as_strided((2,), (1,), 1)
+    t3 = a.detach().as_strided((2,), (1,))
+    return t2 * 3, t3, t0
+""",
+        # its offset moved by as_strided_ of the alias first
+        """
+def f(a):
+    t1 = a.detach()
+    t1.as_strided_((2,), (1,), 1)
+    t2 = t1.as_strided((1,), (1,))
+    t2.mul_(2)
+    return a * 1, t1
+""",
+    ],
+)
+@pytest.mark.parametrize("modes", [["grad"], ["no_grad"]])
+def test_as_strided_of_detached_alias(source, modes):
+    """A detach()ed alias is a view in functionalization's chain: an as_strided of it was no
+    first view of the chain, and a write through it was refused ('as_strided() is
+    non-compositional'); it is taken off the alias's root now."""
+    check_case(
+        source=source,
+        inputs={
+            "bases": [{"shape": [3, 1, 1], "dtype": "float32", "rg": True}],
+            "args": [{"kind": "tensor", "base": 0, "expr": "x"}],
+        },
+        modes=modes,
+    )

@@ -26,6 +26,11 @@ eager's own fill, so the traced graph consumes the generator exactly as eager do
   base where the dtype is the same and autograd records neither, or where it records both
   and the result addresses only ``v``'s own elements (eager's gradient of ``v.as_strided``
   reaches only ``v``'s elements: the same ones then).
+- **A write through as_strided of a detach()ed alias.** Functionalization holds ``detach()``
+  as a view, so ``v = t.detach(); w = v.as_strided(...)`` is no first view of its chain and
+  a write into ``w`` was refused; where autograd does not record it, the write goes into
+  ``t``'s root's ``as_strided(...).detach()`` instead, whose chain it starts (``w`` reads it
+  from the shared storage, and stays eager's view of ``v``).
 - **Writes through memory that overlaps itself** (an ``expand()``ed view, an overlapping
   ``as_strided``, or a view taken through one) are written into the root's memory locations
   by :func:`~aotgrad.core.overlapping_writes.overlapping_write` (functionalization's inverses
@@ -33,6 +38,8 @@ eager's own fill, so the traced graph consumes the generator exactly as eager do
 """
 
 from __future__ import annotations
+
+import weakref
 
 from typing import Any
 
@@ -66,6 +73,7 @@ _FUNCTIONAL_DROPOUT = torch.nn.functional.dropout
 _POLYGAMMA_INPLACE = torch.Tensor.polygamma_
 _SQUEEZE_INPLACE = torch.Tensor.squeeze_
 _AS_STRIDED = {torch.Tensor.as_strided, torch.as_strided}
+_DETACH = {torch.Tensor.detach, torch.detach}
 #: in-place ops that change size, stride or storage, and no data: eager changes the layout too
 _METADATA_INPLACE = frozenset(
     {"t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_", "as_strided_",
@@ -95,6 +103,34 @@ class EagerRewrites(TorchFunctionMode):
         #: the trace's meta functions in size-1 dims (``a * 2``, ``ones_like(a)`` keep ``a``'s
         #: strides), so the trace cannot tell whether an in-place op changes the layout there
         self.odd_size1_strides = False
+        #: ``id(t.detach())`` → (the alias, weakly; ``t``): see :func:`_as_strided_of_detached`
+        self.detached_from: dict[int, tuple[weakref.ref, torch.Tensor]] = {}
+        #: ``id(v.as_strided(...))`` of such an alias → what :meth:`_write_proxy` needs
+        self.strided_detached: dict[int, tuple] = {}
+
+    def _write_proxy(self, func, args: tuple, kwargs: dict) -> torch.Tensor | None:
+        """For an in-place data write into ``v.as_strided(...)`` of a ``detach()``ed alias
+        ``v`` (:func:`_as_strided_of_detached`), the tensor to write instead; None elsewhere,
+        and where autograd would record the write (eager gives the view a history then)."""
+        entry = self.strided_detached.get(id(args[0]))
+        if entry is None or entry[0]() is not args[0]:
+            return None
+        name = getattr(func, "__name__", "")
+        if not (name.endswith("_") or name in _INPLACE_DUNDERS) or name in _METADATA_INPLACE or "out" in kwargs:
+            return None
+        if torch.is_grad_enabled() and any(
+            isinstance(t, torch.Tensor) and t.requires_grad for t in (*args[1:], *kwargs.values())
+        ):
+            return None
+        _, source, as_strided, v, a, kw = entry
+        return _as_strided_of_detached(as_strided, v, source, a, kw)
+
+    def _detached_source(self, v: Any) -> torch.Tensor | None:
+        """The tensor ``v`` was ``detach()``ed from in the program, where ``v`` is that alias."""
+        entry = self.detached_from.get(id(v))
+        if entry is None or entry[0]() is not v or getattr(v, "_base", None) is not None:
+            return None
+        return entry[1] if entry[1].dtype == v.dtype else None
 
     def _commit(self, root: FunctionalTensor, new: torch.Tensor) -> None:
         """``root.copy_(new)``, keeping ``root``'s layout (a rewritten write, see
@@ -110,6 +146,21 @@ class EagerRewrites(TorchFunctionMode):
             return x.copy_(torch.polygamma(n, x.clone()))  # the clone is what backward reads
         if func is _SQUEEZE_INPLACE and (len(args) > 1 or "dim" in kwargs):
             return _squeeze_(args[0], args[1] if len(args) > 1 else kwargs["dim"])
+        if func in _DETACH and args and isinstance(args[0], FunctionalTensor):
+            out = func(*args, **kwargs)
+            self.detached_from[id(out)] = (weakref.ref(out), args[0])
+            return out
+        if func in _AS_STRIDED and args and (source := self._detached_source(args[0])) is not None:
+            out = func(*args, **kwargs)
+            size, stride, offset = _bind(args[1:], kwargs, ("size", "stride", "storage_offset"), (None,))
+            if offset is None:  # (v's, now: a later metadata op of v does not move the view)
+                with torch._C.DisableTorchFunction():
+                    offset = args[0].storage_offset()
+            self.strided_detached[id(out)] = (weakref.ref(out), source, func, args[0], (size, stride, offset), {})
+            return out
+        if args and (proxy := self._write_proxy(func, args, kwargs)) is not None:
+            result = self.__torch_function__(func, types, (proxy, *args[1:]), kwargs)
+            return args[0] if result is proxy else result
         if func in _AS_STRIDED and args and _as_strided_of_base(args[0], args[1:], kwargs):
             return func(args[0]._base, *args[1:], **kwargs)
         if func is _FUNCTIONAL_DROPOUT:
@@ -231,6 +282,27 @@ def _keeping_layout(root: FunctionalTensor, func, args: tuple, kwargs: dict, *, 
         root.commit_update()
         root.sync()
     return out
+
+
+def _as_strided_of_detached(func, v: torch.Tensor, source: torch.Tensor, args: tuple, kwargs: dict) -> torch.Tensor:
+    """``v.as_strided(*args, **kwargs)`` of ``v = source.detach()`` as
+    ``source.as_strided(...).detach()``: the same elements of the same storage, without
+    history, for a write into the former to go through (:meth:`EagerRewrites._write_proxy`).
+    Functionalization holds ``detach()`` as a view, so an ``as_strided`` of ``v`` is no first
+    view of its chain and a write through it was refused ("as_strided() is
+    non-compositional", fuzz seeds 422519, 422630); taken off ``source``'s root (its
+    ``_base``, where the dtype is the same) it starts the chain, and the program's own view
+    of ``v`` (kept as it is, so its ``_base`` is eager's) reads the write from the shared
+    storage. The storage offset is made explicit: ``v``'s own when the view was taken."""
+    size, stride, offset = _bind(args, kwargs, ("size", "stride", "storage_offset"), (None,))
+    if offset is None:
+        with torch._C.DisableTorchFunction():
+            offset = v.storage_offset()
+    # (history is cut, so the view may start at the base whatever autograd records)
+    while source._base is not None and source._base.dtype == source.dtype:
+        source = source._base
+    with torch.no_grad():
+        return func(source, size, stride, offset).detach()
 
 
 def _as_strided_of_base(v: torch.Tensor, args: tuple, kwargs: dict) -> bool:
