@@ -136,3 +136,33 @@ def test_recorded_permutation_of_non_leaf_input(copy: str, op: str, after: str) 
     if op == "t_" and len(shape) != 2:
         pytest.skip("t_ is 2-D only")
     _check(f"def f(a):\n    {PERMUTING[op]}\n    {after}\n", shape, expr)
+
+
+#: a view of an input returned by the program, whose strides FakeTensor's view kernels
+#: compute otherwise than ATen's in size-1 dims
+RESHAPES = {
+    "reshape": "return a.reshape(1, -1),",
+    "view": "return a.view(-1),",
+    "flatten": "return a.flatten(),",
+    "view_and_use": "return a.view(1, -1), a * 2",
+}
+
+#: inputs with size-1 dims whose strides are not the contiguous ones
+PERMUTED = {
+    "permute_131": ([1, 3, 1], "x.permute(2, 0, 1)"),
+    "permute_113": ([1, 1, 3], "x.permute(2, 1, 0)"),
+    "t_13": ([1, 3], "x.t()"),
+    "transpose_213": ([2, 1, 3], "x.transpose(0, 1)"),
+}
+
+
+@pytest.mark.parametrize("out", sorted(RESHAPES))
+@pytest.mark.parametrize("inp", sorted(PERMUTED))
+def test_returned_view_replayed_as_eager_took_it(inp: str, out: str) -> None:
+    """The runtime rebuilds a returned view of an input by replaying its view ops (eager's
+    ``ViewBackward0``, whose gradient keeps the view's stride order) where that gives eager's
+    geometry, checked with ATen's meta kernels where FakeTensor's disagree in size-1 dims;
+    ``as_strided``'s backward would lay the gradient out as the input. Fuzz seed 430394
+    (seed 430000 run), minimized: ``d.reshape(1, 3)`` of ``x.permute(2, 0, 1)``, x [1, 3, 1]."""
+    shape, expr = PERMUTED[inp]
+    _check(f"def f(a):\n    {RESHAPES[out]}\n", shape, expr)

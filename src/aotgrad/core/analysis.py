@@ -37,6 +37,7 @@ from .metadata import InputInfo, LeafSlot, OutputInfo, OutputType, ViewAndMutati
 from .saved_tensors import find_eager_saved, saving_through_view
 from .signature import GraphSignature
 from .subclasses import TensorStructure
+from .symbolic import holds_sym
 from .stale_views import StaleViewUses
 from .view_geometry import EagerViewGeometry, Geometry, functional_geometry
 
@@ -147,17 +148,27 @@ def _replayable_on(
     geometry it was made with in eager; replayed on the re-strided base it would not."""
     if not view_metas:
         return view_metas
+    numel = base.untyped_storage().nbytes() // base.element_size()
     with fake_mode:
-        storage = torch.empty(
-            base.untyped_storage().nbytes() // base.element_size(), dtype=base.dtype, device=base.device
-        )
-        try:
-            out = functionalization.apply_view_meta_sequence(storage.as_strided(*base_geometry), view_metas)
-        except Exception:  # noqa: BLE001 - a chain that no longer applies: use as_strided
-            return None
-        if (tuple(out.shape), tuple(out.stride()), out.storage_offset()) != geometry:
-            return None
-    return view_metas
+        if _replayed(view_metas, torch.empty(numel, dtype=base.dtype, device=base.device), base_geometry) == geometry:
+            return view_metas
+    # FakeTensor's view kernels (Python) may choose other strides in size-1 dims than ATen's
+    # (``view`` of a [1, 1, 3] tensor with strides (1, 3, 1) as (1, 3): (1, 1) where ATen's
+    # computeStride gives (3, 1)); the meta device runs ATen's own, as the runtime's replay will
+    if not any(holds_sym(g) for g in (base_geometry, geometry, numel)):
+        if _replayed(view_metas, torch.empty(numel, dtype=base.dtype, device="meta"), base_geometry) == geometry:
+            return view_metas
+    return None
+
+
+def _replayed(view_metas: list, storage: torch.Tensor, base_geometry: Geometry) -> Geometry | None:
+    """The geometry ``view_metas`` replayed on ``storage`` laid out as ``base_geometry`` give;
+    None where the chain no longer applies."""
+    try:
+        out = functionalization.apply_view_meta_sequence(storage.as_strided(*base_geometry), view_metas)
+    except Exception:  # noqa: BLE001 - a chain that no longer applies: use as_strided
+        return None
+    return (tuple(out.shape), tuple(out.stride()), out.storage_offset())
 
 
 _METADATA_INPLACE = frozenset(
