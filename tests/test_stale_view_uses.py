@@ -293,3 +293,27 @@ def f(a, s, flag):
         None, post=[], modes=['grad'], seed=12052,
     )
     assert not res.ok and "aotgrad: unbind at" in res.report() and "addresses such a view by as_strided" in res.report()
+
+
+def test_fuzz_411141_write_through_view_of_base_unsqueezed_in_place():
+    """unsqueeze_ of the base: autograd's replay of the view's chain on the new base still
+    names the view's elements, so the write is traced as is (formerly refused)."""
+    check_case(
+        source='''
+def f(a):
+    with torch.no_grad():
+        t0 = torch.zeros(())
+    t1 = t0.contiguous()
+    t2 = a.sigmoid()
+    t3 = t2.view(-1)
+    t4 = t3 @ t3
+    t5 = a.squeeze()
+    t2.unsqueeze_(0)
+    t3.addcmul_(t4, t4)
+    return t1
+''',
+        inputs={'bases': [{'shape': [], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        post=[],
+        modes=['grad'],
+        seed=11141,
+    )

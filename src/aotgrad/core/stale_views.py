@@ -80,18 +80,12 @@ class StaleViewUses(TorchFunctionMode):
         super().__init__()
         #: id(view) -> (the view, the version autograd last recorded its history at)
         self._versions: dict[int, tuple[torch.Tensor, int]] = {}
-        #: id(view) -> (the view, its base's geometry when it was made)
-        self._base_geometry: dict[int, tuple[torch.Tensor, Geometry]] = {}
         self.rewritten: dict[int, tuple[torch.Tensor, Geometry]] = {}
         self.rewritten_in = ""
 
     def _stale(self, t: torch.Tensor) -> bool:
         entry = self._versions.get(id(t))
         return entry is not None and entry[0] is t and entry[1] != t._version
-
-    def _base_moved(self, t: torch.Tensor) -> bool:
-        entry = self._base_geometry.get(id(t))
-        return entry is not None and entry[0] is t and entry[1] != _geometry(t._base)
 
     def _targets(self, name: str, args: tuple, kwargs: dict) -> list[torch.Tensor]:
         """The views of this call to address by ``as_strided`` of their base."""
@@ -117,7 +111,7 @@ class StaleViewUses(TorchFunctionMode):
                 written = writes and t is source
                 if not (written or self._stale(t)):
                     continue
-                if _autograd_replays(t) and not (written and self._base_moved(t)):
+                if _autograd_replays(t):
                     continue
                 if torch._C._autograd._get_creation_meta(t) != torch._C._autograd.CreationMeta.DEFAULT:
                     continue  # eager raises on such a view; the trace does too
@@ -130,8 +124,8 @@ class StaleViewUses(TorchFunctionMode):
         return targets
 
     def _note_versions(self, source: Any, out: Any) -> None:
-        """As :meth:`EagerViewGeometry._note_versions`: new views' versions and base
-        geometry; an in-place op autograd records on a view rebases it."""
+        """As :meth:`EagerViewGeometry._note_versions`: new views' versions; an in-place op
+        autograd records on a view rebases it."""
         if out is source and isinstance(source, FunctionalTensor):
             entry = self._versions.get(id(source))
             if entry is not None and entry[0] is source and torch.is_grad_enabled() and source.requires_grad:
@@ -140,7 +134,6 @@ class StaleViewUses(TorchFunctionMode):
         for r in out if isinstance(out, (tuple, list)) else (out,):
             if isinstance(r, FunctionalTensor) and r is not source and r._base is not None and id(r) not in self._versions:
                 self._versions[id(r)] = (r, r._version)
-                self._base_geometry[id(r)] = (r, _geometry(r._base))
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}

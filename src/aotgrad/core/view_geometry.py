@@ -235,7 +235,9 @@ class EagerViewGeometry(TorchFunctionMode):
             isinstance(t, torch.Tensor) and t.requires_grad for t in pytree.tree_leaves((args, kwargs))
         ):
             return
-        if _geometry(source._base) != entry[1]:
+        # (where autograd's replay of the view's chain on the base's new geometry still names
+        # the view's elements, as after unsqueeze_ of the base, its CopySlices is eager's)
+        if _geometry(source._base) != entry[1] and not _autograd_replays(source):
             raise AotgradCompileError(
                 f"aotgrad: in-place {name} at {current_user_line()} writes through a view taken "
                 "before an in-place metadata op (t_, transpose_, unsqueeze_, as_strided_, ...) "
