@@ -232,3 +232,38 @@ def test_as_strided_of_detached_alias(source, modes):
         },
         modes=modes,
     )
+
+
+# --------------------------------------------------------------------------- open: an input re-shaped under no_grad, used with grad
+
+_RESHAPED_UNDER_NO_GRAD = """
+def f(a):
+    with torch.no_grad():
+        a.{op}
+    return a * 2
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: eager's backward raises 'MulBackward0 returned an invalid gradient' (the non-leaf "
+    "input's grad_fn keeps its old shape); aotgrad's backward returns a gradient",
+)
+@pytest.mark.parametrize("op", ["unsqueeze_(-1)", "t_()"])
+def test_non_leaf_input_reshaped_under_no_grad_then_used(op):
+    check_case(
+        source=_RESHAPED_UNDER_NO_GRAD.format(op=op),
+        inputs={"bases": [{"shape": [3, 4], "dtype": "float32", "rg": True}], "args": [{"kind": "tensor", "base": 0, "expr": "x.clone()"}]},
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a leaf input transposed in place under no_grad, then used: eager's backward "
+    "accumulates the gradient in the new shape; aotgrad's backward raises a broadcast error",
+)
+def test_leaf_input_transposed_under_no_grad_then_used():
+    check_case(
+        source=_RESHAPED_UNDER_NO_GRAD.format(op="t_()"),
+        inputs={"bases": [{"shape": [3, 4], "dtype": "float32", "rg": True}], "args": [{"kind": "tensor", "base": 0, "expr": "x"}]},
+    )
