@@ -668,6 +668,7 @@ def analyze(
         common["size"], common["stride"], common["storage_offset"] = geometry.geometry(o)
         if common["invalidated"] == "MULTI_OUTPUT_NODE":
             common["multi_output_step"] = _multi_output_step(o)
+            common["invalidated_without_grad_fn"] = _without_grad_fn(o, (fake_mode, mode))
         if id(o) in seen_outputs:
             first = output_info[seen_outputs[id(o)]]
             output_info.append(
@@ -1105,6 +1106,20 @@ def _invalidated_view(o: torch.Tensor, modes: tuple[Any, ...], geometry: EagerVi
 
 #: functionalization's records of the multi-output view ops (``chunk`` is ``split``)
 _MULTI_OUTPUT_VIEW_METAS = {"unbind_int_ViewMeta": "unbind", "split_Tensor_ViewMeta": "split", "split_with_sizes_ViewMeta": "split_with_sizes"}
+
+
+def _without_grad_fn(o: FunctionalTensor, modes: tuple[Any, ...]) -> bool:
+    """Eager's invalidated view ``o`` was made without a grad_fn (its base required no grad
+    then): autograd's error on it says "A view was created in no_grad mode" (the analysis
+    run's autograd raises eager's words)."""
+    try:
+        with contextlib.ExitStack() as stack:
+            for m in modes:
+                stack.enter_context(m)
+            o.grad_fn  # noqa: B018
+    except RuntimeError as exc:
+        return str(exc).startswith("A view was created in")
+    return False
 
 
 def _multi_output_step(o: FunctionalTensor) -> tuple | None:

@@ -163,6 +163,9 @@ class OutputInfo:
     #: for an ``invalidated`` multi-output view: ``(op, output index, op args)`` of the op
     #: that made it (``analysis._multi_output_step``)
     multi_output_step: tuple | None = None
+    #: for an ``invalidated`` multi-output view: eager's had no grad_fn (made while its
+    #: base required no grad), so autograd's error begins "A view was created in no_grad mode"
+    invalidated_without_grad_fn: bool = False
     #: a ``non_alias`` output that eager made from a ``detach()``ed alias of this call input
     #: by an in-place op with an operand requiring grad: it shares the input's storage (no
     #: view) but has its own autograd history; the graph computes its value (with a tangent)
