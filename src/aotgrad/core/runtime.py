@@ -79,9 +79,15 @@ def _invalidated_view(base: torch.Tensor, info: OutputInfo, geometry: tuple | No
     # one less where it can: the caller's later in-place ops only raise the counter, so the
     # view stays stale (one more would match again after one of them)
     _set_version_counter((base,), (version - 1 if version else version + 1,))
+    prev = torch.is_grad_enabled()
+    if info.invalidated_without_grad_fn:
+        _set_grad_enabled(False)  # eager's view has no grad_fn of its own
     try:
-        out = _multi_output_view(base, info, geometry) or _regenerate(base, info, geometry)
+        out = _multi_output_view(base, info, geometry)
+        if out is None:
+            out = _regenerate(base, info, geometry)
     finally:
+        _set_grad_enabled(prev)
         _set_version_counter((base,), (version,))
     meta = getattr(torch._C._autograd.CreationMeta, info.invalidated)
     if out._is_view() and torch._C._autograd._get_creation_meta(out) != meta:
