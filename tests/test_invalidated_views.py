@@ -25,6 +25,8 @@ VIEWS = {
     "split_uneven": "b.split(2, 1)[1]",
     "chunk": "b.chunk(2, 1)[1]",
     "split_with_sizes": "b.split_with_sizes([1, 2], 1)[1]",
+    # one output: the whole tensor (crashed: the rebuilt view was taken as a truth value)
+    "split_whole": "b.split(3, 0)[0]",
 }
 
 #: what invalidates it afterwards
@@ -72,3 +74,40 @@ def test_multi_output_view_invalidated_through_another_input(aliased, view):
         inputs={"bases": [{"shape": [3, 4], "dtype": "float32", "rg": True}], "args": [{"kind": "tensor", "base": 0, "expr": e} for e in exprs]},
         seed=6,
     )
+
+
+@pytest.mark.parametrize("view", ["t.unbind(1)[1]", "t.split(1, 0)[1]", "t.chunk(2, 1)[0]", "t.split(3, 0)[0]"])
+@pytest.mark.parametrize("made", ["detached", "no_grad"])
+def test_multi_output_view_made_without_grad_fn(view, made):
+    """Eager's view was made while its base required no grad (a detach()ed value, or under
+    no_grad), so it has no grad_fn; an in-place op with an operand requiring grad then gives
+    the base a history and invalidates it, and autograd says "A view was created in no_grad
+    mode" (was "Output 1 of Split": fuzz seed 440001)."""
+    make = "t = a.detach() * 2" if made == "detached" else "with torch.no_grad():\n        t = a * 2"
+    check_case(
+        source=f"def f(a):\n    {make}\n    v = {view}\n    t.mul_(a)\n    return v, t.sum()\n",
+        inputs={"bases": [{"shape": [3, 4], "dtype": "float32", "rg": True}], "args": [{"kind": "tensor", "base": 0, "expr": "x"}]},
+        seed=8,
+    )
+
+
+def test_whole_tensor_split_made_without_grad_fn_direct():
+    """Crashed ("Boolean value of Tensor with more than one value is ambiguous"): the rebuilt
+    multi-output view was taken as a truth value to choose the fallback rebuild."""
+    import torch
+
+    import aotgrad
+
+    def f(a):
+        t = a.detach() * 2
+        (v,) = t.split(3, 0)
+        t.mul_(a)
+        return v, t.sum()
+
+    messages = []
+    for fn in (f, aotgrad.aot_function(f, aotgrad.nop)):
+        out = fn(torch.randn(3, 4, requires_grad=True))[0]
+        with pytest.raises(RuntimeError) as err:
+            out.grad_fn  # noqa: B018
+        messages.append(str(err.value))
+    assert messages[0] == messages[1]
