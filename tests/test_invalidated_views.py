@@ -111,3 +111,33 @@ def test_whole_tensor_split_made_without_grad_fn_direct():
             out.grad_fn  # noqa: B018
         messages.append(str(err.value))
     assert messages[0] == messages[1]
+
+
+
+@pytest.mark.parametrize("post", [1, 2])
+@pytest.mark.parametrize("restride", ["t1.t_()", "t1.unsqueeze_(0).squeeze_(0)", "pass"])
+def test_stale_view_stays_stale_after_the_callers_write(restride, post):
+    """Was wrong gradients, silently (reported from a stale-view test): eager's t1 is stale
+    (t0.mul_ after it was made), so its grad_fn is regenerated off t0 when first read; the
+    rebuilt t1 was made one version past the counter at 0 (or its replayed t_ recorded the
+    raised count), and the caller's one write to t0 made it current again: its grad_fn stayed
+    the replayed chain's and missed that write's factor. (The fuzz harness reads every
+    grad_fn before it writes, which regenerates it: this reads none.)"""
+    import torch
+
+    import aotgrad
+
+    source = f"def f(a, b):\n    t0 = b @ b.mT\n    t1 = t0.transpose(1, 0)\n    {restride}\n    t0.mul_(a)\n    return t0 + 1, t0, t1\n"
+    namespace: dict = {"torch": torch}
+    exec(source, namespace)  # noqa: S102
+    f = namespace["f"]
+    grads = []
+    for fn in (f, aotgrad.aot_function(f, aotgrad.nop)):
+        torch.manual_seed(0)
+        a, b = torch.randn(2, requires_grad=True), torch.randn(2, 3, requires_grad=True)
+        outs = fn(a, b)
+        outs[post].mul_(2)
+        torch.manual_seed(1)
+        grads.append(torch.autograd.grad(outs, [a, b], [torch.randn(2, 2) for _ in outs]))
+    for e, c in zip(*grads):
+        torch.testing.assert_close(c, e)

@@ -67,18 +67,23 @@ def regenerate_alias(base: torch.Tensor, info: OutputInfo, geometry: tuple | Non
 
 
 def _invalidated_view(base: torch.Tensor, info: OutputInfo, geometry: tuple | None) -> torch.Tensor:
-    """The alias as eager's stale view: made while the shared version counter reads one less
-    (one more at version 0) than it does after the call, so the view's recorded version differs from its storage's
-    (as eager's does: an in-place op changed the storage after the view was made), with
-    eager's creation meta. Autograd then raises on every read of its history, as in eager;
-    the counter's value is left as it was, so saved tensors of the storage stay valid."""
+    """The alias as eager's stale view: made while the shared version counter reads less than
+    it does after the call, so the view's recorded version differs from its storage's (as
+    eager's does: an in-place op changed the storage after the view was made), with eager's
+    creation meta. Autograd then raises on every read of its history (or regenerates an
+    ordinary view's grad_fn), as in eager. The counter's value is left as it was where it
+    can be, so saved tensors of the storage stay valid (the compiled forward's saved outputs
+    are ``.data``, with counters of their own)."""
     try:
         version = base._version
     except RuntimeError:  # an inference tensor has no version counter
         return _regenerate(base, info, geometry)
-    # one less where it can: the caller's later in-place ops only raise the counter, so the
-    # view stays stale (one more would match again after one of them)
-    _set_version_counter((base,), (version - 1 if version else version + 1,))
+    # made below the counter's value after the call, where it can: the caller's later
+    # in-place ops only raise the counter, so the view stays stale. Where it cannot (at 0,
+    # or where rebuilding replays an in-place view op, t_, which records the raised count
+    # as the view's), the counter is left one past the view's: eager's storage was written
+    # after its view was made, so its counter is past it too.
+    _set_version_counter((base,), (version - 1 if version else version,))
     prev = torch.is_grad_enabled()
     if info.invalidated_without_grad_fn:
         _set_grad_enabled(False)  # eager's view has no grad_fn of its own
@@ -88,7 +93,8 @@ def _invalidated_view(base: torch.Tensor, info: OutputInfo, geometry: tuple | No
             out = _regenerate(base, info, geometry)
     finally:
         _set_grad_enabled(prev)
-        _set_version_counter((base,), (version,))
+        made_at = base._version
+        _set_version_counter((base,), (version if made_at < version else made_at + 1,))
     meta = getattr(torch._C._autograd.CreationMeta, info.invalidated)
     if out._is_view() and torch._C._autograd._get_creation_meta(out) != meta:
         torch._C._autograd._set_creation_meta(out, meta)
