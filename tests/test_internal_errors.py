@@ -267,3 +267,19 @@ def test_leaf_input_transposed_under_no_grad_then_used():
         source=_RESHAPED_UNDER_NO_GRAD.format(op="t_()"),
         inputs={"bases": [{"shape": [3, 4], "dtype": "float32", "rg": True}], "args": [{"kind": "tensor", "base": 0, "expr": "x"}]},
     )
+
+
+@pytest.mark.parametrize("element", [0, 1])
+@pytest.mark.parametrize("write", ["t.masked_fill_(t > -10, 0.0)", "t.fill_(0.25)", "t.mul_(2)"])
+def test_write_through_one_element_of_a_detached_expanded_input(write, element):
+    """Was a lost write (silently: the input kept its value; fuzz seed 1003146): a write
+    through one element of an expanded input (``a.unbind(0)[1].detach()``) is written back
+    through the stride-0 layout, where only the first element was kept."""
+    check_case(
+        source=f"def f(a, b):\n    t = a.unbind(0)[{element}].detach()\n    {write}\n    return b.reshape(-1).relu(),\n",
+        inputs={
+            "bases": [{"shape": [], "dtype": "float32", "rg": False}],
+            "args": [{"kind": "tensor", "base": 0, "expr": "x.expand(2, *())"}, {"kind": "tensor", "base": 0, "expr": "x"}],
+        },
+        seed=3146,
+    )

@@ -459,29 +459,53 @@ def _refuse_loop_order(name: str, why: str) -> None:
 
 def scatter_once_per_location(graph: torch.fx.Graph) -> None:
     """Rewrite each ``as_strided_scatter`` of ``graph`` whose layout has a stride-0 dim of
-    static size > 1 to scatter only the first element along it.
+    static size > 1 to scatter one value per memory location.
 
     Functionalization writes a view's new value back into its base with
     ``as_strided_scatter``; through a stride-0 dim (the write back of a ``detach()``ed alias
     of an expanded input, say) the real op copies into memory that overlaps itself and raises
     eager's internal-overlap error, where eager's write ran (fuzz seed 420373). Every element
-    along such a dim shares its location, and the writes reaching it were made one value per
-    location (:func:`overlapping_write`; others are refused), so its first element is the
-    value eager leaves there."""
+    along such a dim shares its location in eager: the value there is the one written. So
+    along each such dim the value kept is the last element that differs from the location's
+    old value (the base's, read through the same layout), else the old value: exact where
+    the elements written there were written one value (a write through one element's view,
+    ``a.unbind(0)[1]``, changes that element only: taking the first element lost it, fuzz
+    seed 1003146; :func:`overlapping_write` writes every element of a location alike)."""
     for node in graph.find_nodes(op="call_function", target=torch.ops.aten.as_strided_scatter.default):
         base, src, size, stride = node.args[:4]
+        offset = node.args[4] if len(node.args) > 4 else node.kwargs.get("storage_offset")
         if not all(type(v) is int for v in (*size, *stride)):
             continue
         dims = [d for d, (n, st) in enumerate(zip(size, stride)) if st == 0 and n > 1]
         if not dims:
             continue
+        carried = {k: v for k, v in node.meta.items() if k not in ("val", "tensor_meta")}
+
+        def call(target: Any, args: tuple, val: Any) -> torch.fx.Node:
+            made = graph.call_function(target, args)
+            made.meta.update(carried)
+            if val is not None:
+                made.meta["val"] = val
+            return made
+
+        base_val = base.meta.get("val") if isinstance(base, torch.fx.Node) else None
         src_val = src.meta.get("val") if isinstance(src, torch.fx.Node) else None
         with graph.inserting_before(node):
+            old_val = None if base_val is None else torch.ops.aten.as_strided.default(base_val, size, stride, offset)
+            old = call(torch.ops.aten.as_strided.default, (base, size, stride, offset), old_val)
             for d in dims:
-                src = graph.call_function(torch.ops.aten.slice.Tensor, (src, d, 0, 1))
-                if src_val is not None:
-                    src_val = torch.ops.aten.slice.Tensor(src_val, d, 0, 1)
-                    src.meta["val"] = src_val
-                src.meta.update({k: v for k, v in node.meta.items() if k not in ("val", "tensor_meta")})
+                first = lambda t, k, d=d: None if t is None else torch.ops.aten.slice.Tensor(t, d, k, k + 1)  # noqa: E731
+                old0 = call(torch.ops.aten.slice.Tensor, (old, d, 0, 1), first(old_val, 0))
+                old_val = first(old_val, 0)
+                old = old0
+                kept, kept_val = old0, old_val
+                for k in range(size[d]):
+                    elem = call(torch.ops.aten.slice.Tensor, (src, d, k, k + 1), first(src_val, k))
+                    elem_val = first(src_val, k)
+                    changed_val = None if elem_val is None else torch.ops.aten.ne.Tensor(elem_val, old_val)
+                    changed = call(torch.ops.aten.ne.Tensor, (elem, old0), changed_val)
+                    kept_val = None if changed_val is None else torch.ops.aten.where.self(changed_val, elem_val, kept_val)
+                    kept = call(torch.ops.aten.where.self, (changed, elem, kept), kept_val)
+                src, src_val = kept, kept_val
         new_size = [1 if d in dims else n for d, n in enumerate(size)]
         node.args = (base, src, new_size, stride, *node.args[4:])
