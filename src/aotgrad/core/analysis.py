@@ -39,7 +39,7 @@ from .signature import GraphSignature
 from .subclasses import TensorStructure
 from .symbolic import holds_sym
 from .stale_views import StaleViewUses
-from .view_geometry import EagerViewGeometry, Geometry, functional_geometry
+from .view_geometry import EagerViewGeometry, Geometry, as_strided_geometry, functional_geometry
 
 _TRACING_LIMITATIONS = (
     DataDependentOutputException,
@@ -215,13 +215,10 @@ def _restrides_within(v: torch.Tensor, args: tuple, kwargs: dict) -> bool:
     """Whether ``v.as_strided_(*args, **kwargs)`` addresses only ``v``'s own elements, and
     ``v`` is contiguous from its base's start (or is an input): then its data, copied on its
     own, holds every element the new layout reads."""
-    try:
-        size = args[0] if args else kwargs["size"]
-        stride = args[1] if len(args) > 1 else kwargs["stride"]
-        offset = args[2] if len(args) > 2 else kwargs.get("storage_offset")
-    except (KeyError, IndexError):
+    named = as_strided_geometry(v, args, kwargs)
+    if named is None:
         return False
-    start = v.storage_offset() if offset is None else offset
+    size, stride, start = named
     if not v.is_contiguous() or (v._base is not None and v.storage_offset() != v._base.storage_offset()):
         return False
     if any(sz == 0 for sz in size):

@@ -50,6 +50,7 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch.overrides import TorchFunctionMode
 
 from .overlapping_writes import overlapping_write
+from .view_geometry import as_strided_geometry
 
 __all__ = ["EagerRewrites", "bernoulli_like"]
 
@@ -322,14 +323,10 @@ def _as_strided_of_base(v: torch.Tensor, args: tuple, kwargs: dict) -> bool:
     with torch._C.DisableTorchFunction():  # attribute reads, no program ops
         if torch._C._autograd._get_creation_meta(v) != torch._C._autograd.CreationMeta.DEFAULT:
             return False  # a multi-output or no_grad view: eager's result inherits its standing
-        try:
-            size = args[0] if args else kwargs["size"]
-            stride = args[1] if len(args) > 1 else kwargs["stride"]
-            offset = args[2] if len(args) > 2 else kwargs.get("storage_offset")
-        except (KeyError, IndexError):
+        named = as_strided_geometry(v, args, kwargs)
+        if named is None:
             return False
-        offset = v.storage_offset() if offset is None else offset
-        wanted = _elements(tuple(size), tuple(stride), offset)
+        wanted = _elements(*named)
         own = _elements(tuple(v.shape), tuple(v.stride()), v.storage_offset())
         whole = _elements(tuple(base.shape), tuple(base.stride()), base.storage_offset())
         if wanted is None or own is None or whole is None or own[1] or whole[1]:

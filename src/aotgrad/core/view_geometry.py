@@ -31,7 +31,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from ..errors import AotgradCompileError, current_user_line
 from .stale_views import StaleViewUses
 
-__all__ = ["EagerViewGeometry", "Geometry", "functional_geometry"]
+__all__ = ["EagerViewGeometry", "Geometry", "as_strided_geometry", "functional_geometry"]
 
 Geometry = tuple[tuple[int, ...], tuple[int, ...], int]  # size, stride, storage_offset
 
@@ -49,6 +49,22 @@ _UNSHADOWABLE = frozenset({"resize_", "resize_as_", "set_"})
 
 def _geometry(t: torch.Tensor) -> Geometry:
     return (tuple(t.shape), tuple(t.stride()), t.storage_offset())
+
+
+def as_strided_geometry(t: torch.Tensor, args: tuple, kwargs: dict) -> Geometry | None:
+    """The (size, stride, storage_offset) ``t.as_strided(*args, **kwargs)`` (or
+    ``as_strided_``) names: the arguments after the tensor, the offset ``t``'s own where it is
+    not given; None where size or stride is missing."""
+    try:
+        size = args[0] if args else kwargs["size"]
+        stride = args[1] if len(args) > 1 else kwargs["stride"]
+        offset = args[2] if len(args) > 2 else kwargs.get("storage_offset")
+    except (KeyError, IndexError):
+        return None
+    if offset is None:
+        with torch._C.DisableTorchFunction():
+            offset = t.storage_offset()
+    return tuple(size), tuple(stride), offset
 
 
 class EagerViewGeometry(TorchFunctionMode):
@@ -108,14 +124,11 @@ class EagerViewGeometry(TorchFunctionMode):
         t = args[0]
         if name != "as_strided" or id(t) in self.covering_inputs:
             return None
-        try:
-            size = tuple(args[1] if len(args) > 1 else kwargs["size"])
-            stride = tuple(args[2] if len(args) > 2 else kwargs["stride"])
-            offset = args[3] if len(args) > 3 else kwargs.get("storage_offset")
-        except (KeyError, IndexError):
+        named = as_strided_geometry(t, args[1:], kwargs)
+        if named is None:
             return None
+        size, stride, offset = named
         with torch._C.DisableTorchFunction():
-            offset = t.storage_offset() if offset is None else offset
             capacity = t.untyped_storage().nbytes() // t.element_size()
         values = (*size, *stride, offset, capacity)
         if any(type(v) is not int for v in values) or "storage_offset" in kwargs or "size" in kwargs:
@@ -528,15 +541,11 @@ def _past_functional_storage(args: tuple, kwargs: dict, shadow: torch.Tensor) ->
     element), eager's is the caller's whole storage. Where eager's is exceeded too, eager
     raises, and so does the functional op."""
     t = args[0]
-    try:
-        size = args[1] if len(args) > 1 else kwargs["size"]
-        stride = args[2] if len(args) > 2 else kwargs["stride"]
-        offset = args[3] if len(args) > 3 else kwargs.get("storage_offset")
-    except (KeyError, IndexError):
+    named = as_strided_geometry(t, args[1:], kwargs)
+    if named is None:
         return False
+    size, stride, offset = named
     with torch._C.DisableTorchFunction():
-        if offset is None:
-            offset = t.storage_offset()
         values = (*size, *stride, offset, t.untyped_storage().nbytes())
         if any(not isinstance(v, int) for v in values) or any(n == 0 for n in size) or any(st < 0 for st in stride):
             return False
