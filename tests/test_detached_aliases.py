@@ -72,3 +72,63 @@ def test_view_of_a_returned_detached_alias_returned_twice(view, no_grad):
         return t0, t1, t1
 
     check(f, lambda: (torch.randn(2, 4),))
+
+
+# --------------------------------------------------------------------------- overlapping views
+
+OVERLAPPING = {
+    "as_strided_overlap": lambda t: t.as_strided((2, 2), (1, 1), 0),
+    "as_strided_overlap_offset": lambda t: t.as_strided((3, 2), (1, 2), 1),
+    "as_strided_stride0": lambda t: t.as_strided((2, 3), (0, 1), 1),
+    "expand": lambda t: t[0].expand(3, 2),
+    "unfold": lambda t: t.flatten().unfold(0, 3, 1),
+    "slice": lambda t: t[1:],
+}
+
+HISTORY = {
+    "copy_": lambda t, a: t.copy_(a),
+    "mul_": lambda t, a: t.mul_(a),
+}
+
+
+@pytest.mark.parametrize("history", sorted(HISTORY))
+@pytest.mark.parametrize("view", sorted(OVERLAPPING))
+@pytest.mark.parametrize("order", ["after", "before", "with_alias", "sliced_input"])
+def test_overlapping_view_of_detached_alias_with_history(view, history, order):
+    """``t0 = a.detach(); t0.copy_(a); return t0.as_strided((2, 2), (1, 1), 0)``: the
+    output's elements share memory locations. Copying the graph's value into such a view
+    gave one location's gradient once per element there, which the compiled backward summed
+    again (doubled, fuzz seed 1009480), or raised for a stride-0 view."""
+
+    def f(a):
+        t0 = a.detach()
+        if order == "before":
+            v = OVERLAPPING[view](t0)
+        HISTORY[history](t0, a)
+        if order != "before":
+            v = OVERLAPPING[view](t0)
+        return (v, t0) if order == "with_alias" else (v, a * 2)
+
+    rows = 4 if order == "sliced_input" else 3
+    check(f, lambda: (torch.randn(rows, 2, requires_grad=True)[rows - 3:],))
+
+
+RESTRIDE = {
+    "as_strided_overlap": lambda t: t.as_strided_((2, 2), (1, 1), 0),
+    "as_strided_stride0": lambda t: t.as_strided_((2, 3), (0, 1), 1),
+    "view_of_overlap": lambda t: t.as_strided_((2, 2), (1, 1), 0)[0],
+}
+
+
+@pytest.mark.parametrize("history", sorted(HISTORY))
+@pytest.mark.parametrize("restride", sorted(RESTRIDE))
+def test_overlapping_restride_of_detached_alias_with_history(restride, history):
+    """The detached alias itself re-strided to overlapping memory after its history: a copy
+    into it raised for a stride-0 dim."""
+
+    def f(a):
+        t0 = a.detach()
+        HISTORY[history](t0, a)
+        return RESTRIDE[restride](t0), t0.sum()
+
+    check(f, lambda: (torch.randn(3, 2, requires_grad=True),))

@@ -360,7 +360,13 @@ def _detached_alias_with_history(real: torch.Tensor, value: torch.Tensor, info: 
     a fresh detached alias of ``real``. The write back already put
     the new data there; the graph's value (the same data, with the compiled forward's history)
     is copied in with grad enabled, so the alias's grad_fn leads into the compiled backward,
-    and the version counter is set back (one in-place op in eager, one write back here)."""
+    and the version counter is set back (one in-place op in eager, one write back here).
+
+    Where the output's elements share memory locations (an overlapping ``as_strided``,
+    ``expand``, ``unfold``), the copy goes into the fresh alias in its own geometry, through
+    ``_GradByLocation`` (a copy into such memory is refused, or sends each location's
+    gradient to every element there, which the compiled backward sums again), and the output
+    is viewed (or re-strided, with grad) off it afterwards, as eager's is off its alias."""
     root = out = real.detach()
     where = (info.size, info.stride, info.storage_offset) if geometry is None else geometry
     version = root._version
@@ -375,11 +381,22 @@ def _detached_alias_with_history(real: torch.Tensor, value: torch.Tensor, info: 
             out = root.as_strided(*where)
         finally:
             _set_version_counter((root,), (version,))
+    prev = torch.is_grad_enabled()
+    if _may_overlap(where[0], where[1]):
+        _set_grad_enabled(True)
+        try:
+            root_geometry = (tuple(root.shape), root.stride(), root.storage_offset())
+            root.copy_(_GradByLocation.apply(value, root, tuple(where), root_geometry))
+            _set_version_counter((root,), (version,))
+            if not info.is_view:
+                _restride_to_output(out, info, geometry)
+        finally:
+            _set_grad_enabled(prev)
+        return out if stale or not info.is_view else root.as_strided(*where)
     # eager's output views the detached alias (its ``_base``), not the input
     target = root.as_strided(*where) if info.is_view else out
     if not info.is_view:
         _restride_to_output(out, info, geometry)
-    prev = torch.is_grad_enabled()
     _set_grad_enabled(True)
     try:
         target.copy_(value)
@@ -387,6 +404,58 @@ def _detached_alias_with_history(real: torch.Tensor, value: torch.Tensor, info: 
         _set_grad_enabled(prev)
     _set_version_counter((root,), (version,))
     return target if info.is_view and not stale else out
+
+
+def _may_overlap(size: tuple, stride: tuple) -> bool:
+    """False where no two elements of the layout share a memory location, by the quick test
+    (each stride, ascending, past the extent of the smaller ones); True otherwise, as eager's
+    ``as_strided`` backward decides whether to sum per location."""
+    extent = 0
+    for st, sz in sorted((abs(st), sz) for sz, st in zip(size, stride) if sz > 1):
+        if st <= extent:
+            return True
+        extent += (sz - 1) * st
+    return False
+
+
+def _locations(geometry: tuple, device: torch.device) -> torch.Tensor:
+    """The memory location (storage offset) of each element of ``geometry``, flattened in
+    the elements' logical order (int64)."""
+    size, stride, offset = geometry
+    loc = torch.full((), offset, dtype=torch.int64, device=device)
+    for k, (n, st) in enumerate(zip(size, stride)):
+        shape = [1] * len(size)
+        shape[k] = n
+        loc = loc + (torch.arange(n, dtype=torch.int64, device=device) * st).view(shape)
+    return loc.expand(tuple(size)).reshape(-1)
+
+
+class _GradByLocation(torch.autograd.Function):
+    """``root``'s values (its data already holds ``value`` where ``value_geometry`` says),
+    with ``value``'s history: the gradient reaching ``root`` (laid out as
+    ``root_geometry``) is summed per memory location and each location's sum is shared out
+    evenly among the elements of ``value`` there. The compiled backward sums ``value``'s
+    gradient per location again (its elements are a view of one alias), so each location
+    gets what reached it, as eager's ``as_strided`` backward gives the alias."""
+
+    @staticmethod
+    def forward(ctx, value, root, value_geometry, root_geometry):
+        ctx.geometries = (value_geometry, root_geometry)
+        return root.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        value_geometry, root_geometry = ctx.geometries
+        value_locs = _locations(value_geometry, grad.device)
+        root_locs = _locations(root_geometry, grad.device)
+        if value_locs.numel() == 0:
+            return grad.new_zeros(value_geometry[0]), None, None, None
+        low = min(int(value_locs.min()), int(root_locs.min()) if root_locs.numel() else 0)
+        high = max(int(value_locs.max()), int(root_locs.max()) if root_locs.numel() else 0) + 1
+        per_location = grad.new_zeros(high - low).index_add_(0, root_locs - low, grad.reshape(-1))
+        count = torch.bincount(value_locs - low, minlength=high - low)
+        shared = per_location[value_locs - low] / count[value_locs - low]
+        return shared.view(value_geometry[0]), None, None, None
 
 
 def _unwrap(x: Any) -> Any:
