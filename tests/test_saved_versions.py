@@ -242,6 +242,11 @@ ALIAS_METADATA_OPS = {
     "unsqueeze_": lambda a: a.unsqueeze_(0),
     "t_ of a view": lambda a: a[None].t_(),
     "transpose_(0, 0)": lambda a: a.transpose_(0, 0),
+    # on a detach() of a view of the input: no autograd base, its storage and counter
+    # still the input's (fuzz seeds 1004962, 1014162, 2010225, 2016755, 1016383)
+    "as_strided_ of a detached view": lambda a: a[1:].detach().as_strided_((1,), (1,), 2),
+    "unsqueeze_ of a detached view": lambda a: a[0].detach().unsqueeze_(0),
+    "squeeze_ of a view, detached twice": lambda a: a[:1].detach().detach().squeeze_(),
 }
 ALIASES = {
     "detached": lambda x: (x.detach(), x),
@@ -265,4 +270,8 @@ def test_metadata_op_on_an_aliasing_input(op, alias, when):
             ALIAS_METADATA_OPS[op](a)
         return (t * 2,)
 
-    assert_like_eager(f, lambda: ALIASES[alias](leaf(3)), expect_raise=when == "after_save")
+    result = assert_like_eager(f, lambda: ALIASES[alias](leaf(3)), expect_raise=when == "after_save")
+    if result is not None and alias == "detached":
+        # (a non-leaf input's message names the caller's grad_fn in eager, not in aotgrad's)
+        assert result[0] == result[1]
+

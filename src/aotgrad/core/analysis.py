@@ -285,8 +285,9 @@ class _EagerChecks(TorchFunctionMode):
         #: graph input detached in place → autograd's next node sequence number then
         self.detached_at: dict[int, int] = {}
         #: (graph input, autograd's next sequence number) of each in-place metadata op on an
-        #: input or a view of one: eager bumps the version counter the input shares with the
-        #: caller's other tensors on its storage (other inputs the trace keeps apart)
+        #: input, a view of one or a detach()ed alias of either: eager bumps the version
+        #: counter the input shares with the caller's other tensors on its storage (other
+        #: inputs the trace keeps apart)
         self.metadata_ops_on_inputs: list[tuple[int, int]] = []
 
     def _requires_grad(self, func: Any, args: tuple, kwargs: dict) -> Any:
@@ -421,6 +422,10 @@ class _EagerChecks(TorchFunctionMode):
             self._note_no_grad_restride(name, args)
             if name in _METADATA_INPLACE and isinstance(args[0], FunctionalTensor):
                 k = self.input_index.get(id(args[0]), self.input_index.get(id(args[0]._base)))
+                if k is None:
+                    # a detach()ed alias (of a view) of an input: no autograd base, the
+                    # input's storage and version counter all the same
+                    k = self.input_storages.get(StorageWeakRef(args[0].untyped_storage()))
                 if k is not None:
                     self.metadata_ops_on_inputs.append((k, torch._C._autograd._get_sequence_nr()))
         if name in _ADDRESSES_INPUT_STORAGE and args and isinstance(args[0], FunctionalTensor):
