@@ -33,7 +33,9 @@ raises (a stride-0 dim of size > 1 in the output of an op other than ``fill_``/`
 ``masked_fill_``), eager's ``RuntimeError`` is raised; and where autograd records a write
 through a stride-0 dim, eager's backward raises it (its ``CopySlices`` copies the gradient
 into the view's geometry): noted on the rewrite's autograd node, for the compiled backward
-to raise it too (core/saved_tensors.py).
+to raise it too (core/saved_tensors.py). What the op's node saves of the clone stands for
+the destination eager's saved, whose version eager's backward checks: noted on that node
+(``saved_tensors.note_saved_by_stand_in``).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch._subclasses.functional_tensor import FunctionalTensor
 
 from ..errors import AotgradCompileError, current_user_line
-from .saved_tensors import note_backward_error
+from .saved_tensors import note_backward_error, note_saved_by_stand_in, saving_into_copy
 
 __all__ = ["Overlap", "overlap_of", "overlapping_write", "overlaps_itself", "scatter_once_per_location"]
 
@@ -268,12 +270,15 @@ def overlapping_write(
         else:
             _refuse_loop_order(name, "the value written depends on the element written")
     values = dest.clone()
+    version = dest._version
     if "out" in kwargs:
-        result = func(*args, **{**kwargs, "out": values})
+        result, saved = saving_into_copy(lambda: func(*args, **{**kwargs, "out": values}))
     else:
-        result = func(values, *args[1:], **kwargs)
+        result, saved = saving_into_copy(lambda: func(values, *args[1:], **kwargs))
     _write_locations(root, geometry, root_geometry, values, writer, commit)
     _refresh_history(dest)
+    # eager's node saved ``dest`` where this one saved ``values``: its version is checked
+    note_saved_by_stand_in(saved, values, dest, version, name)
     return True, dest if result is values else result
 
 

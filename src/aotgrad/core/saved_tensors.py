@@ -31,7 +31,8 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 __all__ = [
     "EagerSavedTensor", "EagerSavedTensors", "SavedVersions", "check_saved_versions", "find_eager_saved",
-    "note_backward_error", "saving_through_view", "versions_unchecked",
+    "note_backward_error", "note_saved_by_stand_in", "saving_into_copy", "saving_through_view",
+    "versions_unchecked",
 ]
 
 _MODIFIED = "one of the variables needed for gradient computation has been modified by an inplace operation"
@@ -108,25 +109,68 @@ def saving_through_view(run: Callable[[], Any], view: torch.Tensor, op_name: str
     base = view._base
     node = base.grad_fn if base is not None else None
     if saved and type(node).__name__ == "CopySlices":
-        # eager describes a saved output of the wrapped node by that node (``output 0 of
-        # Sigmoid``); its name is the op's in CamelCase, without the trailing underscore
-        op = "".join(part.capitalize() for part in op_name.rstrip("_").split("_"))
+        # eager describes a saved output of the wrapped node by that node (``output 0 of Sigmoid``)
         node.metadata[_WRAPPED_SAVED] = [
-            (t, version, f"[{t.type()} {list(t.shape)}], which is output 0 of {op}," if t is view else None)
+            (t, version, f"[{t.type()} {list(t.shape)}], which is output 0 of {_camel(op_name)}," if t is view else None, 0)
             for t, version in saved
         ]
     return out
 
 
-def _wrapped_saved(node: Any) -> Iterable[tuple[Any, BaseException | None, str | None]]:
-    """:func:`_saved_values` of the node a ``CopySlices`` ``node`` wraps, where noted."""
-    if type(node).__name__ != "CopySlices":
+def saving_into_copy(run: Callable[[], Any]) -> tuple[Any, list[tuple[torch.Tensor, int]]]:
+    """``(run(), saved)``: ``run()``, an in-place op on a copy standing in for the tensor
+    eager runs it on (core/overlapping_writes.py), with ``saved`` each tensor its node saved
+    and its version then, for :func:`note_saved_by_stand_in` (autograd's own check is off
+    for them: nothing unpacks them here)."""
+    saved: list[tuple[torch.Tensor, int]] = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        saved.append((t, t._version))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, _same):
+        out = run()
+    return out, saved
+
+
+def note_saved_by_stand_in(
+    saved: list[tuple[torch.Tensor, int]], copy: torch.Tensor, dest: torch.Tensor, dest_version: int, op_name: str
+) -> None:
+    """Eager ran the in-place op ``op_name`` on ``dest`` (at version ``dest_version``
+    before it), the trace on ``copy`` (:func:`saving_into_copy`'s ``saved``), then wrote the
+    result into ``dest``'s memory. Eager's node saved ``dest`` where the trace's saved
+    ``copy``, and its backward checks ``dest``'s version, which the program's later writes
+    move (fuzz seeds 2000073, 1011023: ``t = x.expand(...); t.relu_(); t.mul_(y)``); the
+    copy never changes. Noted on the trace's node for :func:`find_eager_saved`, with eager's
+    version numbers (``dest``'s version after the op: one more than before it)."""
+    node = copy.grad_fn
+    if node is None or not saved:
         return
-    for t, version, description in node.metadata.get(_WRAPPED_SAVED, ()):
+    offset = dest_version + 1 - dest._version
+    node.metadata[_WRAPPED_SAVED] = [
+        (dest, dest._version, f"[{dest.type()} {list(dest.shape)}], which is output 0 of {_camel(op_name)},", offset)
+        if t is copy else (t, version, None, 0)
+        for t, version in saved
+    ]
+
+
+def _camel(op_name: str) -> str:
+    """An in-place op's name as eager's version error names its node (``Sigmoid``): the op
+    in CamelCase, without the trailing underscore."""
+    return "".join(part.capitalize() for part in op_name.rstrip("_").split("_"))
+
+
+def _wrapped_saved(node: Any) -> Iterable[tuple[Any, BaseException | None, str | None]]:
+    """:func:`_saved_values` noted on ``node``: of the node a ``CopySlices`` wraps
+    (:func:`saving_through_view`), or of the one an op on a stand-in copy made
+    (:func:`note_saved_by_stand_in`). Versions in the message are ``offset`` past the
+    trace's."""
+    for t, version, description, offset in node.metadata.get(_WRAPPED_SAVED, ()):
         if t._version != version:
             text = description or _describe(t)
             yield None, RuntimeError(
-                f"{_MODIFIED}: {text} is at version {t._version}; expected version {version} instead. {_HINT}"
+                f"{_MODIFIED}: {text} is at version {t._version + offset}; expected version "
+                f"{version + offset} instead. {_HINT}"
             ), None
         else:
             yield t, None, description
