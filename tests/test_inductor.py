@@ -269,3 +269,90 @@ def test_aotgrad_inductor_backend_follows_dynamo_dynamic_shapes():
     for p, q in zip(m.parameters(), ref.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
     torch._dynamo.reset()
+
+
+def _stored_entry(directory):
+    from aotgrad.core import cache
+
+    (path,) = sorted(directory.rglob("*.entry"))
+    blob = path.read_bytes()
+    return cache._loads(blob[len(cache._MAGIC) + 64 + 32:])
+
+
+def _compile_fx_inner_calls(monkeypatch):
+    """Count compile_fx_inner's calls (InductorCompiler imports it at each compile)."""
+    from torch._inductor import compile_fx
+
+    calls = []
+    real = compile_fx.compile_fx_inner
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs.get("is_backward"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(compile_fx, "compile_fx_inner", counting)
+    return calls
+
+
+def _step_of_cached(tmp_path):
+    def step(x, running, w1, b1, w2, b2):
+        h = torch.tanh(x @ w1 + b1)
+        running.mul_(0.9).add_(h.detach().mean(0), alpha=0.1)
+        return h @ w2 + b2
+
+    def run(fn):
+        x, running, params = torch.randn(6, 8, generator=torch.Generator().manual_seed(3)), torch.zeros(16), _params()
+        out = fn(x, running, *params)
+        out.pow(2).sum().backward()
+        return [out, running, *(p.grad for p in params)]
+
+    return step, run, lambda: _compile(step, cache=tmp_path)
+
+
+def test_persistent_cache_hit_loads_inductors_graphs_by_their_stored_key(tmp_path, monkeypatch):
+    """A cold compile stores the FX graph cache keys of both graphs in aotgrad's entry; a hit
+    loads the compiled graphs by them (no compile_fx_inner: no graph copy, no key computed
+    again) and runs as the cold compile and eager do."""
+    from torch._inductor import config as inductor_config
+
+    if inductor_config.force_disable_caches:
+        pytest.skip("Inductor's caches are disabled")
+    step, run, compiled = _step_of_cached(tmp_path)
+    expected = run(step)
+    calls = _compile_fx_inner_calls(monkeypatch)
+    cold = run(compiled())
+    assert calls == [False, True]
+    artifacts = _stored_entry(tmp_path).compiler_artifacts
+    assert sorted(artifacts) == ["backward", "forward"]
+    assert artifacts["forward"][0] != artifacts["backward"][0]
+    warm_fn = compiled()
+    warm = run(warm_fn)
+    assert calls == [False, True], "a hit compiled again"
+    assert type(warm_fn.entries[0]).__name__ == "_CachedEntry"
+    for w, c, e in zip(warm, cold, expected):
+        torch.testing.assert_close(w, e)
+        assert torch.equal(w, c)
+
+
+@pytest.mark.slow
+def test_persistent_cache_hit_compiles_where_inductors_key_would_differ(tmp_path, monkeypatch):
+    """The stored FX graph cache key is used only where everything else Inductor's key holds
+    is as at the cold compile: with Inductor's configuration changed, or its cache emptied,
+    a hit compiles both graphs again (and is right)."""
+    from torch._inductor import config as inductor_config
+
+    if inductor_config.force_disable_caches:
+        pytest.skip("Inductor's caches are disabled")
+    step, run, compiled = _step_of_cached(tmp_path)
+    expected = run(step)
+    run(compiled())
+    calls = _compile_fx_inner_calls(monkeypatch)
+    with inductor_config.patch(comment_origin=not inductor_config.comment_origin):
+        changed = run(compiled())
+    assert calls == [False, True]
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "empty_inductor_cache"))
+    emptied = run(compiled())
+    assert calls == [False, True] * 2
+    for results in (changed, emptied):
+        for r, e in zip(results, expected):
+            torch.testing.assert_close(r, e)

@@ -145,6 +145,13 @@ class InductorCompiler:
       that has one.
     * **Graph ownership.** Inductor rewrites the graph it is given; it gets a copy, so ``gm``
       is left as it was.
+    * **aotgrad's persistent cache.** The returned callable carries a ``cache_artifact``:
+      the FX graph cache's key of the compiled graph and a digest of everything besides the
+      graph and its example inputs that Inductor's key holds (Inductor's configuration, the
+      system, the global settings: :func:`_fx_key_context`), or None where the graph was not
+      cached by key. A stored aotgrad entry keeps it, and a hit hands it back to
+      :meth:`load_cached`, which loads the compiled graph by that key (as torch's
+      AOTAutogradCache does) instead of copying the graph and computing its key again.
     """
 
     _PHASES = ("auto", "forward", "backward", "inference")
@@ -226,9 +233,107 @@ class InductorCompiler:
                 # only a CUDA-graph runtime can use, and ours makes none.
                 static_input_idxs=(),
             )
+            key = getattr(compiled, "_fx_graph_cache_key", None)
+            context_digest = None if key is None else _fx_key_context(example_inputs, phase)
 
         coerce = _tangent_layouts(example_inputs, tangent_idxs) if is_backward else ()
-        return _boxed_caller(compiled, coerce, unwrap)
+        call = _boxed_caller(compiled, coerce, unwrap)
+        call.cache_artifact = (
+            None if context_digest is None else (key, getattr(compiled, "guards_expr", None), context_digest)
+        )
+        return call
+
+    def load_cached(self, gm: torch.fx.GraphModule, example_inputs: list[Any], artifact: Any) -> Callable | None:
+        """What ``self(gm, example_inputs)`` returns, loaded from Inductor's FX graph cache by
+        the key a compile of this very graph over these example inputs stored (``artifact``:
+        the ``cache_artifact`` of what that call returned; aotgrad's cache entry, whose key
+        determines the graph and the example inputs, keeps it). None, and the caller compiles,
+        where anything else Inductor's key holds differs now (its configuration, the
+        system, the global settings), where the FX graph cache is off, remote or bundled, or
+        where the compiled graph is no longer in it."""
+        import torch
+        from torch._guards import TracingContext, tracing
+        from torch._inductor import async_compile
+        from torch._inductor import config as inductor_config
+        from torch._inductor.codecache import FxGraphCache
+        from torch._inductor.output_code import CompiledFxGraphConstants
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+        key, guards_expr, context_digest = artifact
+        phase = self.phase
+        tangent_idxs = [i for i, node in enumerate(gm.graph.find_nodes(op="placeholder")) if is_tangent(node)]
+        if phase == "auto":
+            phase = "backward" if tangent_idxs else "forward"
+        if (
+            inductor_config.force_disable_caches
+            or torch._functorch.config.bundled_autograd_cache
+            or _fx_remote_cache()
+            or any(isinstance(x, torch.SymInt) for x in example_inputs)
+        ):
+            return None
+        # the lookup reads the ShapeEnv of the tracing context's fake mode (no guards in a
+        # static graph: the stored guard expression is compared, as torch's cache does)
+        context = TracingContext(FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv(), static_shapes=True))
+        with tracing(context), inductor_config.patch(fx_graph_cache=True):
+            if _fx_key_context(example_inputs, phase) != context_digest:
+                return None
+            async_compile.CompiledTritonKernels.cache_clear()
+            constants = CompiledFxGraphConstants()
+            compiled, _ = FxGraphCache.load_with_key(
+                key, [], example_inputs, local=True, remote_cache=None, is_backward=phase == "backward",
+                constants=constants, evaluate_guards=lambda expr, _hints: expr == guards_expr,
+            )
+            if compiled is None:
+                return None
+            compiled.post_compile(example_inputs, constants, _fx_kwargs(phase))
+            policy = inductor_config.cudagraph_policy
+            if policy is not None:
+                compiled = policy.wrap_output(compiled)
+        outs = gm.graph.find_nodes(op="output")[0].args[0]
+        coerce = _tangent_layouts(example_inputs, tangent_idxs) if phase == "backward" else ()
+        call = _boxed_caller(compiled, coerce, not isinstance(outs, (tuple, list)))
+        call.cache_artifact = artifact
+        return call
+
+
+def _fx_kwargs(phase: str) -> dict:
+    """The keyword arguments ``compile_fx_inner`` compiles a graph of ``phase`` with (as
+    :meth:`InductorCompiler.__call__` passes them, with ``compile_fx_inner``'s defaults)."""
+    from torch._inductor import config as inductor_config
+    from torch._inductor.utils import BoxedBool
+
+    return {
+        "cudagraphs": BoxedBool(inductor_config.triton.cudagraphs), "static_input_idxs": (),
+        "is_backward": phase == "backward", "graph_id": None, "cpp_wrapper": False, "fx_wrapper": False,
+        "is_inference": phase == "inference", "boxed_forward_device_index": None, "layout_opt": None,
+        "extern_node_serializer": None,
+    }
+
+
+def _fx_remote_cache() -> bool:
+    from torch._inductor.compile_fx import should_use_remote_fx_graph_cache
+
+    return bool(should_use_remote_fx_graph_cache())
+
+
+def _fx_key_context(example_inputs: list[Any], phase: str) -> str | None:
+    """A digest of what Inductor's FX graph cache key holds besides the graph and its
+    example inputs (``FxGraphHashDetails`` built over no graph: Inductor's and its comms'
+    configuration, custom passes, system and torch versions, deterministic-algorithm,
+    matmul, default-dtype and thread settings, the compile keywords); the example inputs
+    only decide whether the thread count is in it. None where it cannot be pickled."""
+    import hashlib
+    import pickle
+
+    from torch._inductor.codecache import FxGraphHashDetails
+
+    details = FxGraphHashDetails(None, example_inputs, _fx_kwargs(phase), [])
+    fields = sorted((k, v) for k, v in vars(details).items() if k not in ("gm", "example_inputs"))
+    try:
+        return hashlib.sha256(pickle.dumps(fields, protocol=4)).hexdigest()
+    except Exception:  # noqa: BLE001 - a custom pass or config value pickle refuses: no stored key
+        return None
 
 
 def _inductor_decompositions() -> dict:

@@ -138,6 +138,11 @@ class _AnalyzedCall:
     times: dict[str, float] = field(default_factory=dict)
     #: the inference graph, traced during the analysis run itself (see :func:`_one_pass`)
     inference_graph: torch.fx.GraphModule | None = None
+    #: per graph kind, what its compiler kept in the cache entry this call was loaded from
+    #: (the compiler loads its compiled graph by it: :func:`_compile_graph`)
+    stored_artifacts: dict[str, Any] = field(default_factory=dict)
+    #: per graph kind, what its compiler asks to keep in the entry this compile stores
+    compiler_artifacts: dict[str, Any] = field(default_factory=dict)
 
 
 @contextlib.contextmanager
@@ -434,11 +439,11 @@ def _compile_training(
         k for k, node in enumerate(saved_tensors) if k not in to_clone and view_root(node) in returned
     )
     with _stage(call.times, "compile forward"):
-        fw_compiled, _ = _compile_graph("forward", config, fw_module, list(primals), call.fake_mode)
+        fw_compiled, _ = _compile_graph("forward", config, fw_module, list(primals), call)
     fw_callable = _outputs_as_eager(fw_compiled, fw_module, md, signature)
     bw_inputs = [n.meta.get("val") for n in bw_module.graph.find_nodes(op="placeholder")]
     with _stage(call.times, "compile backward"):
-        bw_callable, bw_boundary = _compile_graph("backward", config, bw_module, bw_inputs, call.fake_mode)
+        bw_callable, bw_boundary = _compile_graph("backward", config, bw_module, bw_inputs, call)
     first_tangent = len(bw_inputs) - len(signature.tangents)
     avals = call.analysis.forward_output_avals
     backward = BackwardSpec(
@@ -501,25 +506,39 @@ def _compile_inference(
     with call.fake_mode:
         example = [t.detach() if isinstance(t, torch.Tensor) else t for t in call.fake_inputs]
     with _stage(call.times, "compile inference"):
-        compiled, _ = _compile_graph("inference", config, gm, example, call.fake_mode)
+        compiled, _ = _compile_graph("inference", config, gm, example, call)
     fw_callable = _outputs_as_eager(compiled, gm, md, signature)
     return CompiledRuntime(md, signature, call.analysis.out_spec, positional(fw_callable), None, **_runtime_context(call))
 
 
 def _compile_graph(
-    kind: str, config: AotConfig, gm: torch.fx.GraphModule, example: list[Any], fake_mode: FakeTensorMode
+    kind: str, config: AotConfig, gm: torch.fx.GraphModule, example: list[Any], call: _AnalyzedCall
 ) -> tuple[Callable, SubclassBoundary | None]:
     """``compiler(gm, example)`` under the compilation context, as a positional callable:
     ``config``'s compiler for the ``kind`` ("forward", "backward", "inference") of graph.
+
+    Cache artifacts: where the entry was loaded from the persistent cache with what this
+    compiler kept for the graph (``call.stored_artifacts[kind]``), and the compiler has a
+    ``load_cached(gm, example, artifact)`` (:class:`~aotgrad.compilers.InductorCompiler`),
+    that loads the compiled graph instead (None from it: compiled as usual). A compiled
+    callable's ``cache_artifact`` goes to ``call.compiler_artifacts[kind]``, which the
+    entry stores; the entry's key determines ``gm`` and ``example``, so the compiler's
+    artifact is only to be checked against what lies outside them.
 
     A graph with tensor-subclass inputs or outputs is handed to the compiler retraced over
     the subclasses' inner tensors, and the result wrapped back (:mod:`.subclasses`); the
     boundary is returned too (None without subclasses)."""
     compiler = {"forward": config.fw_compiler, "backward": config.bw_compiler, "inference": config.inference_compiler}[kind]
-    boundary = subclass_boundary(gm, example, fake_mode)
+    boundary = subclass_boundary(gm, example, call.fake_mode)
     if boundary is None:
         with compiling(kind, config.aot_id):
-            return positional(compiler(gm, example)), None
+            artifact = call.stored_artifacts.get(kind)
+            load = getattr(compiler, "load_cached", None)
+            compiled = None if artifact is None or load is None else load(gm, example, artifact)
+            if compiled is None:
+                compiled = compiler(gm, example)
+        call.compiler_artifacts[kind] = getattr(compiled, "cache_artifact", None)
+        return positional(compiled), None
     log.debug("aotgrad: %s graph over tensor subclasses: %r", kind, boundary)
     with compiling(kind, config.aot_id):
         compiled = compiler(boundary.graph, boundary.example_inputs)
@@ -588,7 +607,10 @@ def _compile_entry(
     else:  # the analysis as stored; the fake inputs made as analysis makes them
         fake_call = _fake_call(layout, call_inputs, None, stored.fake_mode)
         program = layout.program_of(fn)
-        call = _AnalyzedCall(program, stored.analysis, stored.analysis, None, call_inputs, fake_call, stored.fake_mode)
+        call = _AnalyzedCall(
+            program, stored.analysis, stored.analysis, None, call_inputs, fake_call, stored.fake_mode,
+            stored_artifacts=stored.compiler_artifacts,
+        )
     md = call.analysis.metadata
     training, anchored = _is_training(md, grad_enabled, call.graph_inputs)
     if stored is not None and not stored.fits(training):
@@ -613,7 +635,7 @@ def _compile_entry(
         store is not None and stored is None and call.input_aliasing is None
         and not runtime.signature.backward_mutated_inputs  # (not in the stored analysis)
     ):
-        store.save(call.analysis, graphs if joint_gm is None else {**graphs, "joint": joint_gm})
+        store.save(call.analysis, graphs if joint_gm is None else {**graphs, "joint": joint_gm}, call.compiler_artifacts)
 
     shape_guard = None if symbolic is None else ShapeGuard.of_trace(call.fake_mode.shape_env, call.fake_inputs)
     guard = EntryGuard.for_entry(
