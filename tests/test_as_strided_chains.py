@@ -249,3 +249,104 @@ def test_as_strided_of_a_relaid_input_through_a_view():
 
     check(f, _sliced_input(True))
     check(f, _sliced_input(False))
+
+
+
+INPLACE_WITHIN = {
+    "detach_then_write": lambda t: t.detach().sin_(),
+    "write": lambda t: t.mul_(2),
+    "write_base_too": lambda t: t.mul_(2),
+}
+
+
+def _restrided_then_written(write, offset):
+    def f(a):
+        t = a.detach()
+        t.as_strided_((3,), (2,), offset)
+        INPLACE_WITHIN[write](t)
+        if write == "write_base_too":
+            with torch.no_grad():
+                a.add_(1)
+        return a * 2, t
+
+    return f
+
+
+def _offset_input(shape, view, requires_grad):
+    def make():
+        base = torch.randn(*shape, requires_grad=requires_grad)
+        return (view(base * 1 if requires_grad else base),)
+
+    return make
+
+
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["plain", "grad"])
+@pytest.mark.parametrize("write", sorted(INPLACE_WITHIN))
+@pytest.mark.parametrize(
+    "shape,view,offset",
+    [((3, 4, 3), lambda x: x[1:], 12), ((3, 4), lambda x: x[2], 8), ((4, 4), lambda x: x.view(-1)[3:9].view(2, 3), 3)],
+    ids=["row_slice", "row", "flat_slice"],
+)
+def test_as_strided_inplace_within_an_offset_input_then_written(shape, view, offset, write, requires_grad):
+    """``t = a.detach(); t.as_strided_((3,), (2,), 12); t.detach().sin_()`` on an
+    input that starts past its storage's start: the joint's clone of the input (it is written
+    and requires grad) starts at offset 0, so the offset named other elements (wrong input
+    values after the call, fuzz seed 1002642). ``as_strided_`` addresses the storage, as
+    ``as_strided`` does: the input gets a synthetic base."""
+    check(_restrided_then_written(write, offset), _offset_input(shape, view, requires_grad))
+    if requires_grad:  # a view of a leaf requiring grad, as the fuzzer passes it
+        check(_restrided_then_written(write, offset), lambda: (view(torch.randn(*shape, requires_grad=True)),))
+
+
+@pytest.mark.parametrize("write", sorted(INPLACE_WITHIN))
+@pytest.mark.parametrize(
+    "shape,view,offset",
+    [((3, 5), lambda x: x[:, 1:], 1), ((6, 3), lambda x: x[1::2], 3), ((4, 6), lambda x: x.t()[2:], 2)],
+    ids=["column_slice", "strided_rows", "transposed_slice"],
+)
+def test_as_strided_inplace_within_a_noncontiguous_offset_input_then_written_is_refused(shape, view, offset, write):
+    with pytest.raises(aotgrad.AotgradCompileError, match=r"re-strided by as_strided_ .*t.as_strided_"):
+        aotgrad.aot_function(_restrided_then_written(write, offset), nop)(*_offset_input(shape, view, True)())
+
+
+STORAGE_READS = {
+    "as_strided_copy": lambda a: torch.as_strided_copy(a, (3,), (2,), 12),
+    "as_strided_scatter": lambda a: torch.as_strided_scatter(a, torch.ones(3), (3,), (2,), 12),
+}
+
+
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["plain", "grad"])
+@pytest.mark.parametrize("no_grad", [False, True], ids=["write", "no_grad_write"])
+@pytest.mark.parametrize("op", sorted(STORAGE_READS))
+def test_storage_addressing_op_of_a_written_offset_input(op, no_grad, requires_grad):
+    """``as_strided_copy`` / ``as_strided_scatter`` name storage offsets, as ``as_strided``
+    does: after a write, the input's functional value starts at offset 0 and the offset named
+    other elements (silently wrong values)."""
+
+    def f(a):
+        with torch.set_grad_enabled(not no_grad):
+            a.mul_(2)
+        return STORAGE_READS[op](a)
+
+    check(f, lambda: ((torch.randn(3, 4, 3, requires_grad=requires_grad) * 1)[1:],))
+
+
+@pytest.mark.parametrize("write", ["write", "no_grad_write", "input_write"])
+def test_as_strided_inplace_of_an_offset_input_requiring_grad_then_written_is_refused(write):
+    """``a.as_strided_(..., 12)`` of the input itself (or a view of it), then a write: the
+    synthetic base makes the input a view, and the write through the re-strided view is
+    refused (it wrote other elements than eager's before, silently)."""
+
+    def f(a):
+        t = a if write != "input_write" else a.view(a.shape)
+        t.as_strided_((3,), (2,), 12)
+        if write == "write":
+            t.mul_(3)
+        else:
+            with torch.no_grad():
+                (t if write == "no_grad_write" else a).mul_(3)
+        return a * 1, t
+
+    x = (torch.randn(3, 4, 3, requires_grad=True) * 1)[1:]
+    with pytest.raises(aotgrad.AotgradCompileError, match=r"re-strided by as_strided_"):
+        aotgrad.aot_function(f, nop)(x)

@@ -181,10 +181,10 @@ _METADATA_INPLACE = frozenset(
 SAME_ELEMENTS_INPLACE = frozenset({"t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_"})
 
 
-#: view ops whose offset and strides address the storage, not the tensor they are called on
+#: ops whose offset and strides address the storage, not the tensor they are called on
 #: (``as_strided_`` too, but a synthetic base would make its input a view, on which
-#: functionalization replays it wrongly)
-_ADDRESSES_INPUT_STORAGE = frozenset({"as_strided"})
+#: functionalization replays it wrongly: see ``_EagerChecks.storage_restrided``)
+_ADDRESSES_INPUT_STORAGE = frozenset({"as_strided", "as_strided_copy", "as_strided_scatter"})
 
 #: in-place-named methods that write no tensor data
 _NOT_WRITING_INPLACE = frozenset({"requires_grad_", "share_memory_", "detach_", "retain_grad_", "set_"})
@@ -201,6 +201,11 @@ def _is_write(name: str) -> bool:
     if name.endswith("__"):
         return name == "__setitem__" or name.startswith("__i")
     return name.endswith("_")
+
+
+def _maybe_nonzero(n: Any) -> bool:
+    """``n`` is not statically 0 (a SymInt is not read: that would add a guard)."""
+    return not (type(n) is int and n == 0)
 
 
 def _functional_alias(v: FunctionalTensor) -> bool:
@@ -248,6 +253,9 @@ class _EagerChecks(TorchFunctionMode):
         self.input_storages = input_storages
         #: inputs the program takes ``as_strided`` of (directly or through a view)
         self.storage_addressed: set[int] = set()
+        #: inputs whose storage the program re-strides with ``as_strided_`` (on the input, a
+        #: view or a detach()ed alias of it): its offset names a location of that storage
+        self.storage_restrided: set[int] = set()
         #: storages with a view re-strided in place (``as_strided_``) that is not contiguous
         #: from its base's start, to
         #: the user line: a later write into them is refused
@@ -435,6 +443,8 @@ class _EagerChecks(TorchFunctionMode):
                 self.storage_addressed.add(i)
         if name == "as_strided_" and args and isinstance(args[0], FunctionalTensor):
             v = args[0]
+            if (k := self.input_storages.get(StorageWeakRef(v.untyped_storage()))) is not None:
+                self.storage_restrided.add(k)
             if (k := self.input_index.get(id(v))) is not None:
                 self.as_strided_inputs.add(k)
             is_input = v._base is None and StorageWeakRef(v.untyped_storage()) in self.input_storages
@@ -616,7 +626,13 @@ def analyze(
                 metadata_mutation_is_no_op=meta and i not in checks.as_strided_inputs
                 and i not in checks.restrided_under_no_grad and _same_static_geometry(geometry.geometry(f), fake),
                 metadata_mutation_under_no_grad=meta and i in checks.restrided_under_no_grad,
-                addresses_storage=i in checks.storage_addressed,
+                addresses_storage=i in checks.storage_addressed or (
+                    # the joint runs the program on a clone of such an input starting at
+                    # offset 0 (tracing._functional_forward), where as_strided_'s offset
+                    # names other elements: a synthetic base keeps eager's storage
+                    i in checks.storage_restrided and data and fake.requires_grad
+                    and _maybe_nonzero(fake.storage_offset())
+                ),
                 sets_requires_grad=i in checks.inputs_set_requiring_grad,
                 detached_in_place=i in checks.detached_inputs,
                 relaid_out_under_no_grad=i in checks.used_after_no_grad_restride and fake._base is not None,

@@ -73,8 +73,10 @@ class InputInfo:
     is_leaf: bool
     #: (size, stride, storage_offset) after the call, when the metadata is mutated
     new_view: tuple[tuple[int, ...], tuple[int, ...], int] | None = None
-    #: the program calls ``as_strided`` on this input or a view of it: its
-    #: offsets and strides address the input's whole storage, not only the input's elements
+    #: the program calls ``as_strided`` (``as_strided_copy``, ``as_strided_scatter``) on this
+    #: input or a view of it, or ``as_strided_`` on one requiring grad, written, at an offset
+    #: other than 0: its offsets and strides address the input's whole storage, not only the
+    #: input's elements
     addresses_storage: bool = False
     #: the program calls ``requires_grad_()`` (or sets ``.requires_grad = True``) on this
     #: input, which did not require grad: the caller's tensor requires grad after the call,
