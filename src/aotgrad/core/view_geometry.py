@@ -29,7 +29,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import _disable_current_modes
 
 from ..errors import AotgradCompileError, current_user_line
-from .stale_views import StaleViewUses
+from .stale_views import StaleViewUses, writes_through_source
 
 __all__ = ["EagerViewGeometry", "Geometry", "as_strided_geometry", "functional_geometry"]
 
@@ -299,6 +299,37 @@ class EagerViewGeometry(TorchFunctionMode):
                 "instead, or write through a view of a clone()."
             )
 
+    def _refuse_raising_replay(self, name: str, args: tuple, kwargs: dict) -> None:
+        """Before the op ``name`` runs: refuse where autograd on the traced program would
+        replay a view's chain that no longer applies to its base (:func:`_autograd_replay`
+        raises, e.g. a permute of the dims the base had before ``unsqueeze_``), which
+        :class:`~aotgrad.core.stale_views.StaleViewUses` did not rewrite: a write through
+        the view, or an in-place metadata op on it once its storage changed (eager
+        regenerates its ``grad_fn`` by ``as_strided``, the traced autograd by the replay,
+        which raises inside the op). Other uses of such a view are rewritten; the checks
+        after the op refuse the replays that run but name other elements."""
+        if not torch.is_grad_enabled() or not args:
+            return
+        source = args[0]
+        if not isinstance(source, FunctionalTensor) or source._base is None or not source.requires_grad:
+            return
+        if name in _METADATA_INPLACE:
+            if not self.stale(source) or name == "detach_":
+                return
+        elif not writes_through_source(name):
+            return
+        if torch._C._autograd._get_creation_meta(source) != torch._C._autograd.CreationMeta.DEFAULT:
+            return  # autograd never replays it: eager raises as the trace does
+        if _autograd_replay(source) is not None:
+            return
+        raise AotgradCompileError(
+            f"aotgrad: in-place {name} at {current_user_line()} on a view taken before an in-place "
+            "metadata op (t_, transpose_, unsqueeze_, squeeze_, as_strided_, ...) changed its base's "
+            "shape: eager addresses the view by as_strided of its base, autograd on the traced "
+            "program replays the view's ops, which no longer apply to the base. Take the view "
+            "after the metadata op, or of a clone()."
+        )
+
     def no_grad_prefix(self, t: torch.Tensor) -> int:
         """How many leading steps of ``t``'s view chain (from its storage's root) were made
         under no_grad of a base that requires grad (0: none)."""
@@ -311,6 +342,7 @@ class EagerViewGeometry(TorchFunctionMode):
         with torch._C.DisableTorchFunction():  # the attribute reads are no program ops
             self._check_stale_view_rewrites()
             self._refuse_as_strided_of_relaid_root(_name_of(func), args)
+            self._refuse_raising_replay(_name_of(func), args, kwargs)
         if shadow is None:
             out = func(*args, **kwargs)
             with torch._C.DisableTorchFunction():
@@ -521,17 +553,26 @@ def _autograd_replays(view: FunctionalTensor) -> bool:
         # through it or a recorded use once stale raises, in eager as in the analysis run.
         # (Replaying unbind's chain on a base an in-place metadata op re-shaped crashes.)
         return True
+    replayed = _autograd_replay(view)
+    # (strides of size-1 dims are never stepped along: the replay names the same elements)
+    return replayed is not None and _same_addressing(replayed, functional_geometry(view))
+
+
+def _autograd_replay(view: FunctionalTensor) -> Geometry | None:
+    """The geometry autograd's replay of ``view``'s recorded chain (``_view_func``; the view's
+    own geometry where none is recorded) gives on its base's current functional geometry; None
+    where the replay raises: the chain does not apply to the base's new geometry (a permute of
+    as many dims as the base had before ``unsqueeze_``, a select of a dim ``t_`` shortened),
+    so autograd raises where eager regenerates the view by ``as_strided`` (fuzz seed 1018480)."""
     base = view._base
     # compared on functionalization's values (an in-place op may have re-laid out both)
-    base_geometry, view_geometry = functional_geometry(base), functional_geometry(view)
+    base_geometry = functional_geometry(base)
     try:
         with _outside_tracing():
             storage = torch.empty(base.untyped_storage().nbytes() // base.element_size(), dtype=base.dtype, device="meta")
-            replayed = view._view_func_unsafe(storage.as_strided(*base_geometry))
-    except Exception:  # noqa: BLE001 - no recorded chain: autograd uses the view's own geometry
-        return True
-    # (strides of size-1 dims are never stepped along: the replay names the same elements)
-    return _same_addressing(_geometry(replayed), view_geometry)
+            return _geometry(view._view_func_unsafe(storage.as_strided(*base_geometry)))
+    except Exception:  # noqa: BLE001 - the chain's own error (size, dim, index): no replay
+        return None
 
 
 def _past_functional_storage(args: tuple, kwargs: dict, shadow: torch.Tensor) -> bool:
