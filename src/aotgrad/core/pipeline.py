@@ -39,7 +39,7 @@ from .runtime import BackwardSpec, CompiledRuntime
 from .signature import GraphSignature, graph_outputs
 from .subclasses import SubclassBoundary, holds_subclass, subclass_boundary
 from .symbolic import ShapeGuard, SymbolicLeaves, fake_graph_inputs, plan_symbolic
-from .tracing import _primals, analyze_tracing_inference, trace_inference, trace_joint
+from .tracing import _primals, analyze_tracing_inference, fake_detach, trace_inference, trace_joint
 
 __all__ = ["CompiledEntry", "compile_entry"]
 
@@ -503,8 +503,7 @@ def _compile_inference(
                 signature, grad_enabled=grad_enabled,
             )
     graphs["inference"] = gm
-    with call.fake_mode:
-        example = [t.detach() if isinstance(t, torch.Tensor) else t for t in call.fake_inputs]
+    example = [fake_detach(t, call.fake_mode) if isinstance(t, torch.Tensor) else t for t in call.fake_inputs]
     with _stage(call.times, "compile inference"):
         compiled, _ = _compile_graph("inference", config, gm, example, call)
     fw_callable = _outputs_as_eager(compiled, gm, md, signature)

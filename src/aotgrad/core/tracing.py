@@ -23,6 +23,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch._dispatch.python import enable_python_dispatcher
+from torch._subclasses.fake_impls import fast_detach
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch._subclasses.functional_tensor import FunctionalTensorMode
 from torch.fx._lazy_graph_module import _LazyGraphModule, _use_lazy_graph_module
@@ -39,7 +40,7 @@ from .effects import effects_as_ordered_nodes, is_effectful
 from .provenance import backward_stack_traces
 from .signature import GraphSignature, mark_tangents
 
-__all__ = ["IN_CUSTOM_FUNCTION", "NO_GRAD", "JointGraph", "NoGradMarks", "analyze_tracing_inference", "trace_function", "trace_inference", "trace_joint", "trace_loss_joint", "trace_pre_dispatch"]
+__all__ = ["IN_CUSTOM_FUNCTION", "NO_GRAD", "JointGraph", "NoGradMarks", "analyze_tracing_inference", "fake_detach", "trace_function", "trace_inference", "trace_joint", "trace_loss_joint", "trace_pre_dispatch"]
 
 Program = Callable[..., tuple[list[Any], Any]]
 
@@ -725,11 +726,21 @@ def _holds_fake_constant(gm: torch.fx.GraphModule) -> bool:
 
 def _primals(fake_inputs: list[Any], fake_mode: FakeTensorMode) -> list[Any]:
     """Fresh fake leaves standing for the graph inputs (SymInt inputs as they are)."""
+    return [
+        fake_detach(t, fake_mode).requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) else t
+        for t in fake_inputs
+    ]
+
+
+def fake_detach(t: torch.Tensor, fake_mode: FakeTensorMode) -> torch.Tensor:
+    """``t.detach()`` under ``fake_mode``. For a fake tensor of that mode, the mode's own
+    kernel for ``detach`` (``fast_detach``: the same tensor, sharing ``t``'s storage and
+    version counter), called directly as make_fx's ``snapshot_fake`` does: without the trip
+    through the dispatcher and the mode (~0.07 ms a tensor, for every input of a compile)."""
+    if type(t) is FakeTensor and t.fake_mode is fake_mode and not fake_mode.propagate_real_tensors:
+        return fast_detach(fake_mode, t)
     with fake_mode:
-        return [
-            t.detach().requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) else t
-            for t in fake_inputs
-        ]
+        return t.detach()
 
 
 def _keep_node(node: torch.fx.Node) -> bool:
