@@ -297,6 +297,11 @@ class _EagerChecks(TorchFunctionMode):
         #: counter the input shares with the caller's other tensors on its storage (other
         #: inputs the trace keeps apart)
         self.metadata_ops_on_inputs: list[tuple[int, int]] = []
+        #: leaf graph input requiring grad → its shape at the program's first op that records
+        #: a use of it: eager's AccumulateGrad for it is made then, and checks the gradients
+        #: it gets against that shape while it lives (an in-place metadata op under no_grad
+        #: may change the input's shape after)
+        self.grad_accumulator_shapes: dict[int, tuple] = {}
 
     def _requires_grad(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """``t.requires_grad_(value)`` / ``t.requires_grad = value``: recorded (an input the
@@ -404,7 +409,28 @@ class _EagerChecks(TorchFunctionMode):
             )
         return seen
 
+    def _leaf_uses(self, args: tuple) -> list[tuple[int, tuple]]:
+        """(graph input, its shape) of each leaf input requiring grad among ``args`` (or in
+        a list of them) whose first recorded use this may be (``grad_accumulator_shapes``)."""
+        uses = []
+        for a in args:
+            for t in a if isinstance(a, (list, tuple)) else (a,):
+                if isinstance(t, FunctionalTensor) and id(t) in self.leaf_inputs and t.requires_grad:
+                    i = self.input_index.get(id(t))
+                    if i is not None and i not in self.grad_accumulator_shapes:
+                        uses.append((i, tuple(t.shape)))
+        return uses
+
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        uses = self._leaf_uses(args) if torch.is_grad_enabled() and self.leaf_inputs else ()
+        out = self._checked_call(func, types, args, kwargs)
+        if uses and any(isinstance(o, torch.Tensor) and o.grad_fn is not None for o in pytree.tree_leaves(out)):
+            # autograd recorded the op: its node has an edge to each input's AccumulateGrad
+            for i, shape in uses:
+                self.grad_accumulator_shapes.setdefault(i, shape)
+        return out
+
+    def _checked_call(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if _sets_requires_grad(func):
             return self._requires_grad(func, args, kwargs)
@@ -636,6 +662,8 @@ def analyze(
                 sets_requires_grad=i in checks.inputs_set_requiring_grad,
                 detached_in_place=i in checks.detached_inputs,
                 relaid_out_under_no_grad=i in checks.used_after_no_grad_restride and fake._base is not None,
+                grad_accumulator_made=meta and i in checks.grad_accumulator_shapes,
+                grad_accumulator_shape=_grad_accumulator_shape(checks, i, fake) if meta else None,
             )
         )
         input_storages.setdefault(StorageWeakRef(f.untyped_storage()), i)
@@ -858,6 +886,22 @@ def analyze(
     signature = forward_outputs.with_tangents(metadata, [v.dtype for v in fw_values])
     subclasses = tuple(_subclass_structure(v) for v in fw_values)
     return Analysis(metadata, out_spec, tuple(base_sources), avals, signature, subclasses)
+
+
+def _grad_accumulator_shape(checks: _EagerChecks, i: int, fake: torch.Tensor) -> tuple[int, ...] | None:
+    """``InputInfo.grad_accumulator_shape`` of graph input ``i`` (``fake``), whose metadata
+    the program changes: its shape at the program's first recorded use of it, where it is a
+    leaf requiring grad that the program uses and that shape is not its entry shape."""
+    shape = checks.grad_accumulator_shapes.get(i)
+    if shape is None or list(map(str, shape)) == list(map(str, fake.shape)):  # (no guard on a symbol)
+        return None
+    if any(not isinstance(n, int) for n in shape):
+        raise AotgradCompileError(
+            f"aotgrad: input {i}, a leaf that requires grad, is used with grad recording in a shape "
+            "other than its entry shape after an in-place metadata op, with symbolic sizes; this is "
+            "not supported. Use dynamic=False."
+        )
+    return shape
 
 
 def _bumps_through_aliases(checks: _EagerChecks, fake_inputs: list[Any]) -> dict[int, tuple[int, ...]]:

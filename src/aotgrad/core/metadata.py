@@ -102,6 +102,13 @@ class InputInfo:
     #: requires grad: autograd records none of it (its grad_fn keeps expecting the entry
     #: shape, as eager's), whatever grad mode the write backs run in
     metadata_mutation_under_no_grad: bool = False
+    #: a leaf requiring grad whose metadata the program changes and that it uses with grad
+    #: recording: eager's AccumulateGrad for it is made at the first such use and checks the
+    #: gradients it gets against the input's shape then (a backward reaching it through a
+    #: view rebuilt in the new shape raises "invalid gradient"); the runtime makes it before
+    #: the forward, with ``grad_accumulator_shape`` (None: the entry shape)
+    grad_accumulator_made: bool = False
+    grad_accumulator_shape: tuple[int, ...] | None = None
 
     @property
     def mutated(self) -> bool:

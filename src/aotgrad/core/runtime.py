@@ -855,6 +855,38 @@ def _snapshotting_versions(run: Callable[[Any], Any], calls: threading.local) ->
     return run_snapshotting
 
 
+def _holding_grad_accumulators(run: Callable[[Any], Any], made: tuple[tuple[int, tuple | None], ...]) -> Callable[[Any], Any]:
+    """``run`` that first makes the AccumulateGrad of each graph input ``made`` names (``(input,
+    shape or None)``, ``InputInfo.grad_accumulator_made``), as eager's program made it before
+    changing the input's shape, and holds it until the outputs, whose graphs reach it, are
+    built (an input holds its accumulator only weakly)."""
+
+    def run_holding(graph_inputs: Any) -> Any:
+        held = [_grad_accumulator(graph_inputs[i], shape) for i, shape in made]
+        out = run(graph_inputs)
+        del held
+        return out
+
+    return run_holding
+
+
+def _grad_accumulator(t: torch.Tensor, shape: tuple[int, ...] | None) -> Any:
+    """``t``'s AccumulateGrad node (the live one where ``t`` has one, as eager's program
+    found it), made while ``t`` has ``shape`` (None: its own): the node checks the gradients
+    it gets against that shape. ``t`` is a leaf requiring grad; its geometry and version are
+    as they were afterwards."""
+    if shape is None or tuple(t.shape) == shape:
+        return torch.autograd.graph.get_gradient_edge(t).node
+    geometry, version = (tuple(t.shape), t.stride(), t.storage_offset()), t._version
+    with torch.no_grad():
+        # only the shape is recorded: zero strides address the input's first element only
+        t.as_strided_(shape, (0,) * len(shape), t.storage_offset())
+        node = torch.autograd.graph.get_gradient_edge(t).node
+        t.as_strided_(*geometry)
+    _set_version_counter((t,), (version,))
+    return node
+
+
 class CompiledRuntime:
     """A callable over graph inputs that runs one compiled entry with eager semantics.
 
@@ -935,6 +967,11 @@ class CompiledRuntime:
         self.leaf_slots = metadata.leaf_slots
 
         run = self._build_run()
+        made = tuple(
+            (i, info.grad_accumulator_shape) for i, info in enumerate(metadata.input_info) if info.grad_accumulator_made
+        )
+        if made and graph_inputs_of is None:  # (synthetic bases: their graph inputs are no leaves)
+            run = _holding_grad_accumulators(run, made)
         if self.training and metadata.eager_saved is not None:
             run = _snapshotting_versions(run, self._calls)
         if self.records_under_no_grad:
