@@ -91,6 +91,8 @@ def overlaps_itself(size: tuple[int, ...], stride: tuple[int, ...]) -> bool:
     no overlap); else the offsets are enumerated for small tensors. A large layout the quick
     test cannot clear is reported as not overlapping (as eager's own check says "too hard").
     """
+    if any(sz == 0 for sz in size):
+        return False  # no elements (eager writes nothing, and checks nothing: fuzz seed 1011471)
     dims = sorted((abs(st), sz) for sz, st in zip(size, stride) if sz > 1)
     if any(st == 0 for st, _ in dims):
         return True
@@ -402,10 +404,27 @@ def _one_element(value: Any) -> bool:
 
 
 def _shares_storage(a: Any, b: torch.Tensor) -> bool:
+    """``a`` and ``b`` are one storage in eager: one functional storage, or inputs the caller
+    passed sharing storage (separate functional storages in the analysis run over the call's
+    inputs, before synthetic bases merge them) that no write has separated yet."""
     if not isinstance(a, torch.Tensor):
         return False
     with torch._C.DisableTorchFunction():
-        return a.untyped_storage()._cdata == b.untyped_storage()._cdata
+        if a.untyped_storage()._cdata == b.untyped_storage()._cdata:
+            return True
+        inner_a, inner_b = _unwritten_value(a), _unwritten_value(b)
+        return (
+            inner_a is not None and inner_b is not None
+            and inner_a.untyped_storage()._cdata == inner_b.untyped_storage()._cdata
+        )
+
+
+def _unwritten_value(t: torch.Tensor) -> torch.Tensor | None:
+    """The tensor a functional tensor wraps, where no write replaced it: the fake input (or a
+    view of it) for an input, whose storage is shared as the caller's tensors share theirs."""
+    if type(t) is not FunctionalTensor or torch._functionalize_has_data_mutation(t.elem):
+        return None
+    return torch._from_functional_tensor(t.elem)
 
 
 def _same_data_copy(name: str, dest: torch.Tensor, args: tuple) -> bool:
