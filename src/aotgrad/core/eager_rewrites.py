@@ -31,6 +31,10 @@ eager's own fill, so the traced graph consumes the generator exactly as eager do
   a write into ``w`` was refused; where autograd does not record it, the write goes into
   ``t``'s root's ``as_strided(...).detach()`` instead, whose chain it starts (``w`` reads it
   from the shared storage, and stays eager's view of ``v``).
+- **Eager's dtype errors.** An in-place op whose result cannot be cast to the written
+  tensor's dtype, or a kernel not built for a dtype, raise eager's error at the op
+  (:func:`~aotgrad.core.kernel_checks.raise_eager_dtype_error`): functionalization's copy
+  casts, and meta functions have no per-dtype kernels.
 - **Writes through memory that overlaps itself** (an ``expand()``ed view, an overlapping
   ``as_strided``, or a view taken through one) are written into the root's memory locations
   by :func:`~aotgrad.core.overlapping_writes.overlapping_write` (functionalization's inverses
@@ -49,6 +53,7 @@ from torch._subclasses.functional_tensor import FunctionalTensor, disable_functi
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch.overrides import TorchFunctionMode
 
+from .kernel_checks import raise_eager_dtype_error
 from .overlapping_writes import overlapping_write
 from .view_geometry import as_strided_geometry
 
@@ -140,6 +145,8 @@ class EagerRewrites(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        # eager's per-dtype kernel errors, which no functional op raises (core/kernel_checks.py)
+        raise_eager_dtype_error(func, args, kwargs)
         if not self.odd_size1_strides:
             self.odd_size1_strides = any(_odd_size1_strides(t) for t in (*args, *kwargs.values()))
         if func is _POLYGAMMA_INPLACE:
