@@ -276,7 +276,7 @@ class InductorCompiler:
         # static graph: the stored guard expression is compared, as torch's cache does)
         context = TracingContext(FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv(), static_shapes=True))
         with tracing(context), inductor_config.patch(fx_graph_cache=True):
-            if _fx_key_context(example_inputs, phase) != context_digest:
+            if context_digest is None or _fx_key_context(example_inputs, phase) != context_digest:
                 return None
             async_compile.CompiledTritonKernels.cache_clear()
             constants = CompiledFxGraphConstants()
@@ -322,17 +322,18 @@ def _fx_key_context(example_inputs: list[Any], phase: str) -> str | None:
     example inputs (``FxGraphHashDetails`` built over no graph: Inductor's and its comms'
     configuration, custom passes, system and torch versions, deterministic-algorithm,
     matmul, default-dtype and thread settings, the compile keywords); the example inputs
-    only decide whether the thread count is in it. None where it cannot be pickled."""
+    only decide whether the thread count is in it. None where it cannot be computed (a
+    custom pass Inductor's own key refuses: its cache is bypassed then) or pickled."""
     import hashlib
     import pickle
 
     from torch._inductor.codecache import FxGraphHashDetails
 
-    details = FxGraphHashDetails(None, example_inputs, _fx_kwargs(phase), [])
-    fields = sorted((k, v) for k, v in vars(details).items() if k not in ("gm", "example_inputs"))
     try:
+        details = FxGraphHashDetails(None, example_inputs, _fx_kwargs(phase), [])
+        fields = sorted((k, v) for k, v in vars(details).items() if k not in ("gm", "example_inputs"))
         return hashlib.sha256(pickle.dumps(fields, protocol=4)).hexdigest()
-    except Exception:  # noqa: BLE001 - a custom pass or config value pickle refuses: no stored key
+    except Exception:  # noqa: BLE001 - no stored key (cold), no loading by it (hit)
         return None
 
 
