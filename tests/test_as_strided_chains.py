@@ -350,3 +350,75 @@ def test_as_strided_inplace_of_an_offset_input_requiring_grad_then_written_is_re
     x = (torch.randn(3, 4, 3, requires_grad=True) * 1)[1:]
     with pytest.raises(aotgrad.AotgradCompileError, match=r"re-strided by as_strided_"):
         aotgrad.aot_function(f, nop)(x)
+
+
+# (base shape, the view of it passed as the input, an as_strided of that view reaching
+# memory outside it)
+ESCAPING = {
+    "element": ((4,), lambda x: x[0], ((1, 2), (4, 3), 0)),
+    "row": ((3, 4), lambda x: x[1], ((2, 2), (4, 1), 2)),
+    "column": ((3, 4), lambda x: x[:, 1], ((3,), (5,), 1)),
+}
+
+STALE_BY = {
+    "none": lambda a, b: None,
+    "no_grad_write_view": lambda a, b: b.masked_fill_(b > 0, 0.0),
+    "no_grad_write_base": lambda a, b: a.mul_(2),
+    "write_other_alias": lambda a, b: a[0:1].add_(1),
+}
+
+USE = {
+    "matmul": lambda t, a: t.reshape(-1, 1) * a.sum(),
+    "sum": lambda t, a: t.sum() * 2,
+    "write": lambda t, a: t.mul_(a.sum()),  # refused: functionalization bans the chain
+}
+
+
+@pytest.mark.parametrize("use", sorted(USE))
+@pytest.mark.parametrize("stale_by", sorted(STALE_BY))
+@pytest.mark.parametrize("view", sorted(ESCAPING))
+def test_stale_as_strided_of_a_view_reaching_outside_it(view, stale_by, use):
+    """``t0 = b.as_strided(...)`` of a view ``b`` of ``x`` reaching memory outside ``b``, used
+    after an in-place op changed the storage: eager regenerates ``t0``'s grad_fn as one
+    ``AsStridedBackward0`` off ``x`` (the gradient reaches all of ``t0``'s elements); autograd
+    on the trace replayed the chain (``b``'s step first), whose backward drops what lies
+    outside ``b``: silently wrong gradients (fuzz seed 2002622). Without the in-place op
+    eager's chain drops them too. A write through such a chain is refused (by
+    functionalization: an as_strided that is not the chain's first view)."""
+    shape, make_view, geometry = ESCAPING[view]
+
+    def f(x):
+        b = make_view(x)
+        t0 = b.as_strided(*geometry)
+        if stale_by != "none":
+            ctx = torch.enable_grad() if stale_by == "write_other_alias" else torch.no_grad()
+            with ctx:
+                STALE_BY[stale_by](x, b)
+        return USE[use](t0, x), x * 1
+
+    make = lambda: (torch.randn(*shape, requires_grad=True) * 1,)  # noqa: E731
+    if use == "write":
+        with pytest.raises(aotgrad.AotgradCompileError, match=r"t.mul_\(a.sum\(\)\)"):
+            aotgrad.aot_function(f, nop)(*make())
+        return
+    check(f, make)
+
+
+@pytest.mark.parametrize("stale", [False, True], ids=["fresh", "stale"])
+def test_stale_as_strided_of_an_input_view_reaching_outside_it(stale):
+    """Fuzz seed 2002622: two views of one leaf passed as inputs, one written under no_grad
+    after an as_strided of it reaching past it was taken."""
+
+    def f(a, b):
+        t0 = b.as_strided((1, 2), (4, 3), 0)
+        t1 = -a
+        if stale:
+            with torch.no_grad():
+                b.masked_fill_(b > 0, 0.0)
+        return t0 @ t1
+
+    def make():
+        x = torch.randn(4, requires_grad=True)
+        return x.as_strided((2, 2), (2, 1), 0), x[0]
+
+    check(f, make)

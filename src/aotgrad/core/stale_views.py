@@ -7,7 +7,8 @@ autograd never replays that chain: a view whose storage changed gets its ``grad_
 regenerated as ``AsStridedBackward0`` off its base in the view's *current* (size, stride,
 offset), and a write through a view is recorded as ``CopySlices`` addressing the view by those
 numbers too. Autograd on the traced (functional) program replays the chain instead, so its
-gradient would reach other elements.
+gradient would reach other elements (or, where an ``as_strided`` step after the chain's first
+reaches outside its input, lose some: ``_replay_drops_gradient``).
 
 :class:`StaleViewUses` rewrites such a use at the call site: the view is replaced by
 ``base.as_strided(size, stride, offset)`` of its current geometry (a fresh view whose chain
@@ -89,7 +90,7 @@ class StaleViewUses(TorchFunctionMode):
 
     def _targets(self, name: str, args: tuple, kwargs: dict) -> list[torch.Tensor]:
         """The views of this call to address by ``as_strided`` of their base."""
-        from .view_geometry import _autograd_replays  # (view_geometry imports this module)
+        from .view_geometry import _autograd_replays, _replay_drops_gradient  # (it imports this module)
 
         if not torch.is_grad_enabled() or name in _NOT_RECORDED or not args:
             return []
@@ -111,7 +112,7 @@ class StaleViewUses(TorchFunctionMode):
                 written = writes and t is source
                 if not (written or self._stale(t)):
                     continue
-                if _autograd_replays(t):
+                if _autograd_replays(t) and (written or not _replay_drops_gradient(t)):
                     continue
                 if torch._C._autograd._get_creation_meta(t) != torch._C._autograd.CreationMeta.DEFAULT:
                     continue  # eager raises on such a view; the trace does too

@@ -29,6 +29,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import _disable_current_modes
 
 from ..errors import AotgradCompileError, current_user_line
+from .overlapping_writes import _location_set
 from .stale_views import StaleViewUses, writes_through_source
 
 __all__ = ["EagerViewGeometry", "Geometry", "as_strided_geometry", "functional_geometry"]
@@ -280,16 +281,19 @@ class EagerViewGeometry(TorchFunctionMode):
             if not isinstance(t, FunctionalTensor) or t._base is None or not t.requires_grad:
                 continue
             written = writes and t is source
-            if not (written or self.stale(t)) or _autograd_replays(t):
+            if not (written or self.stale(t)) or (
+                _autograd_replays(t) and (written or not _replay_drops_gradient(t))
+            ):
                 continue
             what = "writes through" if written else "uses"
             raise AotgradCompileError(
                 f"aotgrad: {name} at {current_user_line()} {what} a view that an in-place metadata op "
                 "(t_, transpose_, unsqueeze_, squeeze_, as_strided_, ...) changed after it was made "
-                "(or a view of one), after an in-place op changed its storage; autograd on the traced "
-                "program replays the view's ops without that change, so the gradient would reach "
-                "other elements. Use the out-of-place view op (t(), transpose(), unsqueeze(), ...) "
-                "instead, or take the view of a clone()."
+                "(or a view of one, or an as_strided of a view reaching outside that view), after an "
+                "in-place op changed its storage; autograd on the traced program replays the view's "
+                "ops (without that change), so the gradient would reach other elements. Use the "
+                "out-of-place view op (t(), transpose(), unsqueeze(), ...) instead, or take the view "
+                "of a clone()."
                 if not written else
                 f"aotgrad: in-place {name} at {current_user_line()} writes through a view that an "
                 "in-place metadata op (t_, transpose_, unsqueeze_, squeeze_, as_strided_, ...) "
@@ -573,6 +577,47 @@ def _autograd_replay(view: FunctionalTensor) -> Geometry | None:
             return _geometry(view._view_func_unsafe(storage.as_strided(*base_geometry)))
     except Exception:  # noqa: BLE001 - the chain's own error (size, dim, index): no replay
         return None
+
+
+_AS_STRIDED_VIEW_METAS = frozenset({"as_strided_ViewMeta", "as_strided__ViewMeta"})
+
+
+def _replay_drops_gradient(view: FunctionalTensor) -> bool:
+    """Autograd's replay of ``view``'s chain from its base differentiates otherwise than one
+    ``as_strided`` off the base in the view's geometry (eager's regenerated
+    ``AsStridedBackward0`` of a stale view): an ``as_strided`` step after the first names
+    memory outside its input's elements (its backward drops their gradient: ``b = x[0];
+    b.as_strided((2,), (3,))``) or takes an input whose elements overlap (its backward divides
+    by their count). Other view steps select within their input. Unsure (symbolic or large
+    geometries, a chain that does not apply): True, so the view is rewritten (and the
+    rewrite checked) or refused. (A write through such a chain is refused by
+    functionalization itself: an ``as_strided`` that is not the chain's first view.)"""
+    seq = functionalization.get_view_meta_sequence(view.elem)
+    rest = list(seq[len(functionalization.get_view_meta_sequence(view._base.elem)):])
+    if not any(type(vm).__name__ in _AS_STRIDED_VIEW_METAS for vm in rest[1:]):
+        return False
+    if any(vm.has_symbolic_inputs for vm in rest):
+        return True
+    base = view._base
+    try:
+        with _outside_tracing():
+            storage = torch.empty(base.untyped_storage().nbytes() // base.element_size(), dtype=base.dtype, device="meta")
+            step = storage.as_strided(*functional_geometry(base))
+            for k, vm in enumerate(rest):
+                following = functionalization.apply_view_meta_sequence(step, [vm])
+                if k > 0 and type(vm).__name__ in _AS_STRIDED_VIEW_METAS:
+                    before, after = _geometry(step), _geometry(following)
+                    if any(type(v) is not int for g in (before, after) for v in (*g[0], *g[1], g[2])):
+                        return True
+                    inside, outside = _location_set(before), _location_set(after)
+                    if inside is None or outside is None or not outside <= inside:
+                        return True
+                    if len(inside) < math.prod(before[0]):
+                        return True
+                step = following
+    except Exception:  # noqa: BLE001 - a chain that no longer applies
+        return True
+    return False
 
 
 def _past_functional_storage(args: tuple, kwargs: dict, shadow: torch.Tensor) -> bool:
