@@ -21,6 +21,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from ..compilers import positional
 from ..config import AotConfig
@@ -377,6 +378,21 @@ def _is_training(md: ViewAndMutationMetadata, grad_enabled: bool, graph_inputs: 
     return differentiable, differentiable
 
 
+def _relaid_out_storage(call: _AnalyzedCall, placeholders: list[torch.fx.Node]) -> set[torch.fx.Node]:
+    """The forward graph's placeholders of graph inputs sharing storage (and so, in the
+    caller, a version counter) with an input whose metadata the program changes."""
+    inputs = call.analysis.metadata.input_info
+    storages = {
+        StorageWeakRef(call.fake_inputs[i].untyped_storage()) for i, x in enumerate(inputs) if x.mutates_metadata
+    }
+    if not storages:
+        return set()
+    return {
+        placeholders[i] for i, t in enumerate(call.fake_inputs[: len(placeholders)])
+        if isinstance(t, torch.Tensor) and StorageWeakRef(t.untyped_storage()) in storages
+    }
+
+
 def _stored_entry_primals(fake_inputs: list[Any], fake_mode: FakeTensorMode) -> list[Any]:
     """The forward compiler's example inputs for a stored entry: fake leaves standing for the
     graph inputs, as :func:`~aotgrad.core.tracing._primals` makes them. Where every fake
@@ -433,8 +449,11 @@ def _compile_training(
         if (p := viewed_placeholder(node)) is not None and placeholders.index(p) in data_mutated
     )
     # a saved value sharing a version counter with a returned one: the caller may write the
-    # output, which only matters where eager saved it too (core/saved_tensors.py checks that)
+    # output, which only matters where eager saved it too (core/saved_tensors.py checks that);
+    # likewise with an input whose metadata the write back changes, which moves the counter
+    # of its storage (runtime.replay_metadata) where eager's op moved it before or after saving
     returned = {view_root(n) for n in graph_outputs(fw_module)[:num_fwd_outputs] if isinstance(n, torch.fx.Node)}
+    returned |= _relaid_out_storage(call, placeholders)
     unversioned = tuple(
         k for k, node in enumerate(saved_tensors) if k not in to_clone and view_root(node) in returned
     )

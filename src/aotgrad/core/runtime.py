@@ -520,6 +520,13 @@ def replay_metadata(real: torch.Tensor, new_view: tuple, no_op: bool = False, un
     grad, or a view of one, eager only allows it under no_grad. A recorded ``no_op``
     (:attr:`InputInfo.metadata_mutation_is_no_op`) is not replayed: its as_strided_ would put
     AsStridedBackward in the history where eager's has view ops that change nothing.
+
+    The version counter ends one past where it was, as eager's in-place metadata op moved it:
+    the caller's views of ``real`` (other inputs among them) regenerate their ``grad_fn`` in
+    the new geometry when next read, as eager's do (fuzz seeds 1000288, 2000996, 2019802).
+    (What the Function saved of the input is saved without its counter, the pipeline's
+    ``unversioned``: eager saved it after its op, or refuses it, which ``core/saved_tensors``
+    checks.)
     """
     of_leaf = real.is_leaf or (real._base is not None and real._base.is_leaf)
     # (``under_no_grad``: the program's op was, also where the entry runs its write backs
@@ -536,9 +543,10 @@ def replay_metadata(real: torch.Tensor, new_view: tuple, no_op: bool = False, un
             version = real._version
             for d0, d1 in swaps:
                 real.transpose_(d0, d1)
-            _set_version_counter((real,), (version,))
+            _set_version_counter((real,), (version + 1,))
         else:
             _restride(real, new_view)
+            _set_version_counter((real,), (real._version + 1,))
 
 
 def _swaps_to(t: torch.Tensor, geometry: tuple) -> list[tuple[int, int]] | None:
