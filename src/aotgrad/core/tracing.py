@@ -32,6 +32,7 @@ from torch.overrides import TorchFunctionMode
 
 from ..errors import AotgradCompileError, compile_error_from, frame_rank, user_frame_of
 from .analysis import SAME_ELEMENTS_INPLACE, Analysis, _sets_requires_grad, from_functional, to_functional
+from .metadata import ViewAndMutationMetadata
 from .eager_rewrites import EagerRewrites
 from .stale_views import StaleViewUses
 from .overlapping_writes import overlaps_itself, scatter_once_per_location
@@ -285,6 +286,9 @@ def trace_joint(
         if isinstance(t, torch.Tensor) and (t.requires_grad or md.input_info[i].sets_requires_grad)
     )
 
+    #: forward-output positions whose gradient the joint leaves out (see the retry below)
+    refused: frozenset[int] = frozenset()
+
     def joint(primals: list, tangents: list) -> list:
         # (an input detached in place after autograd saved it: the analysis holds eager's
         # errors for it, the trace's own unpacking would refuse it)
@@ -298,7 +302,8 @@ def trace_joint(
             fw_outs = forward(*f_primals)
         after_forward = [_mutation_state(f) for f in f_primals]
         with unchecked, mode, torch.enable_grad(), EagerRewrites():
-            diff_outs = [fw_outs[p] for p in tangent_positions]
+            kept = [k for k, p in enumerate(tangent_positions) if p not in refused]
+            diff_outs = [fw_outs[tangent_positions[k]] for k in kept]
             backward_stack_traces(diff_outs)  # backward nodes get their forward op's stack_trace
             # one gradient per graph input, then one per new leaf the program returns
             grads: list[Any] = [None] * (len(f_primals) + len(slot_flips))
@@ -309,7 +314,7 @@ def trace_joint(
                 wrt_positions.extend(range(len(f_primals), len(f_primals) + len(slot_flips)))
             if diff_outs and wrt:
                 computed = torch.autograd.grad(
-                    diff_outs, wrt, f_tangents, allow_unused=True, create_graph=create_graph
+                    diff_outs, wrt, [f_tangents[k] for k in kept], allow_unused=True, create_graph=create_graph
                 )
                 for i, g in zip(wrt_positions, computed, strict=True):
                     grads[i] = g
@@ -325,6 +330,20 @@ def trace_joint(
         cause = exc.__cause__
         if cause is None or user_frame_of(cause) is not None:
             raise
+        # autograd's own error in the backward formula: where it reads a saved tensor the
+        # program changed afterwards (t0 = b @ a; a.unsqueeze_(-1): the formula meets a's new
+        # shape), eager's backward raises its version error before that formula runs, and so
+        # does the compiled one (saved_tensors.check_saved_versions) wherever the gradient of
+        # an output reaches it: the joint leaves those outputs' gradients out (fuzz seed 1003102)
+        refused = _refused_positions(md)
+        if refused:
+            with contextlib.suppress(AotgradCompileError):
+                gm = _trace(joint, (primals, tangents), decompositions, fake_mode, lazy=True)
+                mark_tangents(gm.graph, len(primals))
+                if found and found[-1]:
+                    signature = replace(signature, backward_mutated_inputs=found[-1])
+                return JointGraph(gm, signature, primals, tangents)
+            refused = frozenset()
         # autograd's own error in the backward formula: no user frame on its stack
         line = _forward_line_of_failing_gradient(lambda: _trace(joint, (primals, tangents), decompositions, fake_mode, lazy=True))
         if line is None:
@@ -336,6 +355,15 @@ def trace_joint(
     if found and found[-1]:
         signature = replace(signature, backward_mutated_inputs=found[-1])
     return JointGraph(gm, signature, primals, tangents)
+
+
+def _refused_positions(md: ViewAndMutationMetadata) -> frozenset[int]:
+    """The forward-output positions from whose gradient eager's backward reaches a saved
+    tensor the program changed after saving it (it raises there)."""
+    saved = md.eager_saved
+    if saved is None:
+        return frozenset()
+    return frozenset(p for e in saved.entries if e.changed_by_program is not None for p in e.reached_from)
 
 
 _ANOMALY_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
