@@ -51,12 +51,16 @@ class EagerSavedTensor:
     the backward (its grad_fn then). ``changed_by_program``: eager's whole error when the program changed it after
     saving it, else None. ``witness``: index into :attr:`EagerSavedTensors.witnesses` of the
     caller-held tensor sharing its version counter (-1: none). ``reached_from``: forward-output
-    positions from whose gradient eager's backward reaches the node that saved it."""
+    positions from whose gradient eager's backward reaches the node that saved it.
+    ``witness_itself``: it is the witness input itself, saved as an input of its node: eager's
+    unpacking refuses it where the caller's tensor had a grad_fn and was detached in place
+    since (``detach_()`` after the call: :data:`DETACHED_SAVED`)."""
 
     description: str | None
     changed_by_program: str | None
     witness: int
     reached_from: frozenset[int]
+    witness_itself: bool = False
 
 
 @dataclass(frozen=True)
@@ -306,7 +310,7 @@ def find_eager_saved(
                 # backward, as eager's SavedVariable does
                 itself = w[0] and value is graph_inputs[w[1]] and value.grad_fn is not node
                 description = None if itself else described or _describe(value)
-                entry = EagerSavedTensor(description, None, witnesses.index(w), frozenset(positions))
+                entry = EagerSavedTensor(description, None, witnesses.index(w), frozenset(positions), itself)
             entries.append((node._sequence_nr(), entry))
     if not entries:
         return None
@@ -371,18 +375,25 @@ def versions_unchecked(checked: EagerSavedTensors | None, detaches: bool = False
 class SavedVersions:
     """One call's witnesses (caller-held tensors sharing a checked saved tensor's version
     counter; an output's as a detached alias, so the record holds no autograd graph) and
-    their versions when the call returned."""
+    their versions when the call returned, and which had a grad_fn then."""
 
-    __slots__ = ("tensors", "versions")
+    __slots__ = ("tensors", "versions", "had_history")
 
     def __init__(self) -> None:
         self.tensors: list[torch.Tensor] = []
         #: None until the call returned
         self.versions: tuple[int, ...] | None = None
+        self.had_history: tuple[bool, ...] = ()
 
     def take(self, checked: EagerSavedTensors, graph_inputs: Sequence[Any], forward_outputs: Sequence[Any]) -> None:
         """Hold the witnesses of one call (its graph inputs and forward outputs)."""
         self.tensors = [graph_inputs[k] if is_input else forward_outputs[k].detach() for is_input, k in checked.witnesses]
+        # (an output's is a detached alias: none, its grad_fn is not the one eager checks)
+        self.had_history = tuple(t.grad_fn is not None for t in self.tensors)
+
+    def detached_since(self, k: int) -> bool:
+        """Witness ``k`` had a grad_fn at the call and has none now: detached in place."""
+        return self.had_history[k] and self.tensors[k].grad_fn is None
 
     def snapshot(self) -> None:
         """Read the witnesses' versions: the call has returned, its own writes are done."""
@@ -393,7 +404,10 @@ def check_saved_versions(checked: EagerSavedTensors, record: SavedVersions, grad
     """Raise eager's error for the first checked saved tensor (in eager's backward order)
     that changed and that a defined output gradient reaches, as eager's backward would."""
     if not checked.changed_by_program and (
-        record.versions is None or all(t._version == v for t, v in zip(record.tensors, record.versions))
+        record.versions is None or (
+            all(t._version == v for t, v in zip(record.tensors, record.versions))
+            and not any(record.detached_since(e.witness) for e in checked.entries if e.witness_itself)
+        )
     ):
         return
     for entry in checked.entries:
@@ -403,6 +417,8 @@ def check_saved_versions(checked: EagerSavedTensors, record: SavedVersions, grad
             raise RuntimeError(entry.changed_by_program)
         if record.versions is None:
             continue  # the call raised before it returned
+        if entry.witness_itself and record.detached_since(entry.witness):
+            raise RuntimeError(DETACHED_SAVED)  # eager's unpacking checks this before the version
         witness = record.tensors[entry.witness]
         now, then = witness._version, record.versions[entry.witness]
         if now != then:
