@@ -39,7 +39,7 @@ from .signature import GraphSignature
 from .subclasses import TensorStructure
 from .symbolic import holds_sym
 from .stale_views import StaleViewUses
-from .view_geometry import EagerViewGeometry, Geometry, as_strided_geometry, functional_geometry
+from .view_geometry import EagerViewGeometry, Geometry, functional_geometry
 
 _TRACING_LIMITATIONS = (
     DataDependentOutputException,
@@ -208,32 +208,6 @@ def _maybe_nonzero(n: Any) -> bool:
     return not (type(n) is int and n == 0)
 
 
-def _functional_alias(v: FunctionalTensor) -> bool:
-    """``v`` is a view in functionalization's chain though autograd sees none (``_base`` is
-    None): a ``detach()``ed alias of a view or of an input. Functionalization replays a write
-    through ``v`` re-strided by ``as_strided_`` onto a copy of ``v``'s old elements, as for an
-    ordinary view (it crashed in ``setStorage`` where the new layout reaches past them)."""
-    return bool(functionalization.get_view_meta_sequence(v.elem))
-
-
-def _restrides_within(v: torch.Tensor, args: tuple, kwargs: dict) -> bool:
-    """Whether ``v.as_strided_(*args, **kwargs)`` addresses only ``v``'s own elements, and
-    ``v`` is contiguous from its base's start (or is an input): then its data, copied on its
-    own, holds every element the new layout reads."""
-    named = as_strided_geometry(v, args, kwargs)
-    if named is None:
-        return False
-    size, stride, start = named
-    if not v.is_contiguous() or (v._base is not None and v.storage_offset() != v._base.storage_offset()):
-        return False
-    if any(sz == 0 for sz in size):
-        return True
-    if any(st < 0 for st in stride):
-        return False
-    last = start + sum((sz - 1) * st for sz, st in zip(size, stride))
-    return v.storage_offset() <= start and last < v.storage_offset() + v.numel()
-
-
 class _EagerChecks(TorchFunctionMode):
     """Checks, at the user's call sites, what the functional run cannot see by itself.
 
@@ -256,10 +230,6 @@ class _EagerChecks(TorchFunctionMode):
         #: inputs whose storage the program re-strides with ``as_strided_`` (on the input, a
         #: view or a detach()ed alias of it): its offset names a location of that storage
         self.storage_restrided: set[int] = set()
-        #: storages with a view re-strided in place (``as_strided_``) that is not contiguous
-        #: from its base's start, to
-        #: the user line: a later write into them is refused
-        self.restrided_views: dict[StorageWeakRef, str] = {}
         #: id of a functional input → its graph-input index (set by :func:`analyze`)
         self.input_index: dict[int, int] = {}
         #: input index -> whether the caller's tensor is an autograd leaf
@@ -473,27 +443,7 @@ class _EagerChecks(TorchFunctionMode):
                 self.storage_restrided.add(k)
             if (k := self.input_index.get(id(v))) is not None:
                 self.as_strided_inputs.add(k)
-            is_input = v._base is None and StorageWeakRef(v.untyped_storage()) in self.input_storages
-            # Exact only where the new layout addresses elements of the tensor's own data, as a
-            # contiguous view starting where its base does (functionalization replays the write
-            # onto a fresh copy of the view, or of the input's elements).
-            if (v._base is not None or is_input or _functional_alias(v)) and not _restrides_within(v, args[1:], kwargs):
-                self.restrided_views.setdefault(StorageWeakRef(v.untyped_storage()), current_user_line())
-        written = kwargs.get("out")  # an out= write too
-        if written is None and _is_write(name) and name not in _METADATA_INPLACE and name not in _NOT_WRITING_INPLACE and args:
-            written = args[0]
-        if (
-            self.restrided_views
-            and isinstance(written, FunctionalTensor)
-            and StorageWeakRef(written.untyped_storage()) in self.restrided_views
-        ):
-            raise AotgradCompileError(
-                f"aotgrad: in-place {name} at {current_user_line()} writes into a storage with a "
-                f"view (a slice, a transpose) re-strided by as_strided_ ({self.restrided_views[StorageWeakRef(written.untyped_storage())]}): "
-                "functionalization replays such a write onto a copy of the view's old layout and "
-                "would change other elements than eager. Use as_strided (out of place) of the base, "
-                "or clone() first."
-            )
+            # (whether a write into its storage afterwards is exact: EagerViewGeometry decides)
         # (writes through memory that overlaps itself are rewritten or refused before they
         # get here: core/overlapping_writes.py, through EagerRewrites)
         for t in pytree.tree_leaves((args, kwargs)):

@@ -55,7 +55,7 @@ from torch.overrides import TorchFunctionMode
 
 from .kernel_checks import raise_eager_dtype_error
 from .overlapping_writes import overlapping_write
-from .view_geometry import as_strided_geometry
+from .view_geometry import as_strided_geometry, rebased_root
 
 __all__ = ["EagerRewrites", "bernoulli_like"]
 
@@ -79,6 +79,7 @@ _FUNCTIONAL_DROPOUT = torch.nn.functional.dropout
 _POLYGAMMA_INPLACE = torch.Tensor.polygamma_
 _SQUEEZE_INPLACE = torch.Tensor.squeeze_
 _AS_STRIDED = {torch.Tensor.as_strided, torch.as_strided}
+_AS_STRIDED_INPLACE = torch.Tensor.as_strided_
 _DETACH = {torch.Tensor.detach, torch.detach}
 #: in-place ops that change size, stride or storage, and no data: eager changes the layout too
 _METADATA_INPLACE = frozenset(
@@ -169,6 +170,10 @@ class EagerRewrites(TorchFunctionMode):
         if args and (proxy := self._write_proxy(func, args, kwargs)) is not None:
             result = self.__torch_function__(func, types, (proxy, *args[1:]), kwargs)
             return args[0] if result is proxy else result
+        if func is _AS_STRIDED_INPLACE and args and (root := rebased_root(args[0], args[1:], kwargs)) is not None:
+            out = func(*args, **kwargs)
+            rebase_restrided_view(args[0], root)
+            return out
         if func in _AS_STRIDED and args and _as_strided_of_base(args[0], args[1:], kwargs):
             return func(args[0]._base, *args[1:], **kwargs)
         if func is _FUNCTIONAL_DROPOUT:
@@ -290,6 +295,18 @@ def _keeping_layout(root: FunctionalTensor, func, args: tuple, kwargs: dict, *, 
         root.commit_update()
         root.sync()
     return out
+
+
+def rebase_restrided_view(v: FunctionalTensor, root: FunctionalTensor) -> None:
+    """After ``v.as_strided_(...)`` on a view ``v`` of ``root`` (:func:`rebased_root`), record
+    ``v`` in functionalization as ``root.as_strided(...)`` of ``v``'s new geometry: the same
+    storage locations (``as_strided`` offsets are absolute), one step from the root, so a
+    write through ``v`` is scattered into (a copy of) ``root``'s value rather than of the
+    view's old layout. Only functionalization's record changes: ``v`` stays the same tensor
+    with the same autograd history, and its value is the one the old record gave."""
+    with torch._C.DisableTorchFunction(), torch.no_grad():
+        aliased = root.as_strided(tuple(v.shape), tuple(v.stride()), v.storage_offset())
+    v.elem = aliased.elem
 
 
 def _as_strided_of_detached(func, v: torch.Tensor, source: torch.Tensor, args: tuple, kwargs: dict) -> torch.Tensor:

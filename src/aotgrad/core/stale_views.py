@@ -102,14 +102,17 @@ class StaleViewUses(TorchFunctionMode):
         targets: list[torch.Tensor] = []
         with torch._C.DisableTorchFunction():
             for t in leaves:
+                written = writes and t is source
                 if (
-                    not isinstance(t, FunctionalTensor) or t._base is None or not t.requires_grad
+                    not isinstance(t, FunctionalTensor) or t._base is None
+                    # (a view written with a value requiring grad: eager's CopySlices
+                    # addresses it by its geometry, whether it required grad before or not)
+                    or not (t.requires_grad or written)
                     or any(t is u for u in targets)
                 ):
                     continue
                 if t is source and name in _METADATA_INPLACE:
                     continue  # the op changes the view itself: not a use of it
-                written = writes and t is source
                 if not (written or self._stale(t)):
                     continue
                 if _autograd_replays(t) and (written or not _replay_drops_gradient(t)):

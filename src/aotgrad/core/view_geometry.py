@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch._C._functionalization as functionalization
 import torch.utils._pytree as pytree
 from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch._subclasses.functional_tensor import FunctionalTensor
+from torch.multiprocessing.reductions import StorageWeakRef
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import _disable_current_modes
 
@@ -32,7 +33,7 @@ from ..errors import AotgradCompileError, current_user_line
 from .overlapping_writes import _location_set
 from .stale_views import StaleViewUses, writes_through_source
 
-__all__ = ["EagerViewGeometry", "Geometry", "as_strided_geometry", "functional_geometry"]
+__all__ = ["EagerViewGeometry", "Geometry", "as_strided_geometry", "functional_geometry", "rebased_root", "restrides_within"]
 
 Geometry = tuple[tuple[int, ...], tuple[int, ...], int]  # size, stride, storage_offset
 
@@ -40,6 +41,8 @@ Geometry = tuple[tuple[int, ...], tuple[int, ...], int]  # size, stride, storage
 _METADATA_INPLACE = frozenset(
     {"t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_", "as_strided_"}
 )
+#: functionalization's records of as_strided and as_strided_
+_AS_STRIDED_VIEW_METAS = frozenset({"as_strided_ViewMeta", "as_strided__ViewMeta"})
 #: ops whose offsets and strides address the storage as laid out
 _STORAGE_ADDRESSING = frozenset({"as_strided", "as_strided_"})
 #: view ops shaped like a second tensor argument
@@ -66,6 +69,71 @@ def as_strided_geometry(t: torch.Tensor, args: tuple, kwargs: dict) -> Geometry 
         with torch._C.DisableTorchFunction():
             offset = t.storage_offset()
     return tuple(size), tuple(stride), offset
+
+
+def restrides_within(v: torch.Tensor, args: tuple, kwargs: dict) -> bool:
+    """Whether ``v.as_strided_(*args, **kwargs)`` addresses only ``v``'s own elements, and
+    ``v`` is contiguous from its base's start (or is an input): then its data, copied on its
+    own, holds every element the new layout reads."""
+    named = as_strided_geometry(v, args, kwargs)
+    if named is None:
+        return False
+    size, stride, start = named
+    with torch._C.DisableTorchFunction():
+        if not v.is_contiguous() or (v._base is not None and v.storage_offset() != v._base.storage_offset()):
+            return False
+    if any(sz == 0 for sz in size):
+        return True
+    if any(st < 0 for st in stride):
+        return False
+    last = start + sum((sz - 1) * st for sz, st in zip(size, stride))
+    return v.storage_offset() <= start and last < v.storage_offset() + v.numel()
+
+
+def rebased_root(v: Any, args: tuple, kwargs: dict) -> FunctionalTensor | None:
+    """The tensor whose ``as_strided`` functionalization's record of ``v`` becomes once
+    ``v.as_strided_(...)`` re-strides it (:func:`~aotgrad.core.eager_rewrites.rebase_restrided_view`):
+    ``v``'s autograd base, where ``v`` is a view (a slice, a transpose, ...) of it of the same
+    dtype and the base starts its own view chain in functionalization; None elsewhere.
+
+    ``as_strided_`` names storage locations, so ``v`` is then the same view as
+    ``base.as_strided(...)``: functionalization's chain for ``v`` (the view's ops, then the
+    ``as_strided_``) replays to the same locations of the same storage, but its inverse
+    (a write through ``v``) scatters onto a copy of the *view*, laid out at offset 0, where
+    the ``as_strided_`` offsets name other elements. The single ``as_strided`` of the base
+    scatters onto a copy of the base, exact where the base is laid out as eager's
+    (:meth:`EagerViewGeometry._check_restrided` checks that).
+
+    ``args``, ``kwargs``: the ``as_strided_`` arguments after ``v``, before the call. Not
+    where the new layout stays within ``v``'s own elements (:func:`restrides_within`):
+    functionalization's record is exact there."""
+    if type(v) is not FunctionalTensor or restrides_within(v, args, kwargs):
+        return None
+    with torch._C.DisableTorchFunction():
+        base = v._base
+        if type(base) is not FunctionalTensor or base.dtype != v.dtype:
+            return None
+        if functionalization.get_view_meta_sequence(base.elem) or not functionalization.get_view_meta_sequence(v.elem):
+            return None
+    return base
+
+
+class Restrided(NamedTuple):
+    """A tensor re-strided by ``as_strided_`` where a later write into its storage may not be
+    exact (:meth:`EagerViewGeometry._restride`). With neither ``root`` nor
+    ``is_input``: never exact (refused)."""
+
+    #: the user's line of the ``as_strided_``
+    line: str
+    #: a view functionalization records as ``as_strided`` of ``root`` (:func:`rebased_root`):
+    #: exact while ``root`` addresses its storage as eager's
+    root: FunctionalTensor | None = None
+    #: an input re-strided itself, laid out as eager's whole storage: exact
+    is_input: bool = False
+    #: of such an input whose value ``as_strided_scatter`` refuses (:func:`_scatters_into`):
+    #: functionalization's mutation counter of its storage then; a write through its
+    #: ``as_strided`` is refused until the storage is written otherwise (the value replaced)
+    unscatterable_at: int | None = None
 
 
 class EagerViewGeometry(TorchFunctionMode):
@@ -102,6 +170,9 @@ class EagerViewGeometry(TorchFunctionMode):
         #: the mode that addresses stale views by ``as_strided`` of their base (entered
         #: inside this one: this one sees the calls it makes), whose rewrites are checked
         self.stale_uses: StaleViewUses | None = None
+        #: storage -> each view on it that ``as_strided_`` re-strided where a later write into
+        #: the storage may not be exact (:meth:`_restride`)
+        self.restrided: dict[StorageWeakRef, list[Restrided]] = {}
         with _disable_current_modes():
             for f, fake in inputs:
                 storage = torch.empty(
@@ -211,15 +282,25 @@ class EagerViewGeometry(TorchFunctionMode):
         """``view._base.as_strided(*used)`` names in the traced program the elements eager's
         ``as_strided`` of the base in the view's current geometry names."""
         shadow = self._shadow(view)
-        root = view._base
+        if shadow is None:
+            return False
+        values = (*used[0], *used[1], used[2])
+        if any(type(v) is not int for v in values) or _geometry(shadow) != used:
+            return False
+        return self._addresses_storage_as_eager(view._base)
+
+    def _addresses_storage_as_eager(self, root: FunctionalTensor) -> bool:
+        """``root`` (an input or an intermediate, shadowed) is in eager its whole storage
+        (offset 0, dense), and functionalization's value of it addresses a storage of that
+        size as eager's does: an ``as_strided`` of it (or a scatter into a copy of it) names
+        the same elements in the traced program as in eager."""
         root_shadow = self._shadow(root)
         if root_shadow is None:
             root_shadow = self._root_shadow(root)
-        if shadow is None or root_shadow is None:
+        if root_shadow is None:
             return False
         eager_root = _geometry(root_shadow)
-        values = (*used[0], *used[1], used[2], *eager_root[0], *eager_root[1], eager_root[2])
-        if any(type(v) is not int for v in values) or _geometry(shadow) != used:
+        if any(type(v) is not int for v in (*eager_root[0], *eager_root[1], eager_root[2])):
             return False
         nbytes = root_shadow.untyped_storage().nbytes()
         if (
@@ -269,7 +350,7 @@ class EagerViewGeometry(TorchFunctionMode):
         ``as_strided``). The gradient would reach other elements, or have another shape."""
         if not torch.is_grad_enabled() or name == "__get__":
             return
-        if not any(isinstance(r, torch.Tensor) for r in pytree.tree_leaves(out)):
+        if name != "__setitem__" and not any(isinstance(r, torch.Tensor) for r in pytree.tree_leaves(out)):
             return  # reads metadata (size(), stride()): autograd records nothing
         source = args[0] if args else None
         writes = isinstance(source, FunctionalTensor) and name not in _METADATA_INPLACE and (
@@ -340,8 +421,89 @@ class EagerViewGeometry(TorchFunctionMode):
         entry = self.no_grad_steps.get(id(t))
         return entry[1] if entry is not None and entry[0] is t else 0
 
+    def _written_restrided(self, name: str, args: tuple, kwargs: dict) -> tuple[FunctionalTensor | None, list[Restrided]]:
+        """The tensor the op ``name`` writes into, and the re-strided views on its storage
+        (:meth:`_restride`); ``(None, [])`` for other ops."""
+        written = kwargs.get("out")
+        if written is None and args and writes_through_source(name):
+            written = args[0]
+        if not self.restrided or not isinstance(written, FunctionalTensor):
+            return None, []
+        return written, self.restrided.get(StorageWeakRef(written.untyped_storage()), [])
+
+    def _restride(self, args: tuple, kwargs: dict) -> Restrided | None:
+        """What a later write into the storage of ``args[0]`` needs to be exact, once
+        ``args[0].as_strided_(*args[1:], **kwargs)`` (not run yet) re-strides it; None where
+        it needs nothing: the new layout stays within the tensor's own data
+        (:func:`restrides_within`), or the tensor is an intermediate (its own storage)."""
+        v = args[0]
+        if type(v) is not FunctionalTensor or restrides_within(v, args[1:], kwargs):
+            return None
+        line = current_user_line()
+        root = rebased_root(v, args[1:], kwargs)
+        if root is not None:
+            return Restrided(line, root=root)
+        if v._base is None and not functionalization.get_view_meta_sequence(v.elem):
+            if self._shadow(v) is None:
+                return None  # an intermediate: its own storage, no view on it to replay
+            if self._addresses_storage_as_eager(v):
+                # an input starting its chain, laid out as eager's whole storage: the chain
+                # is that one as_strided_, replayed and scattered on (a copy of) the input's
+                # value, which keeps its layout through scatters
+                counter = None if _scatters_into(v) else torch._functionalize_mutation_counter(v.elem)
+                return Restrided(line, is_input=True, unscatterable_at=counter)
+        return Restrided(line)
+
+    def _check_restrided(self, name: str, written: FunctionalTensor | None, restrided: list[Restrided]) -> None:
+        """Refuse a write (``name``, into ``written``) into a storage with a view re-strided by
+        ``as_strided_`` (:meth:`_restride`) where functionalization replays it otherwise than
+        eager's layout: as a view of its old layout; as ``as_strided`` of a root
+        (:func:`rebased_root`) that no longer addresses its storage as eager's
+        (:meth:`_addresses_storage_as_eager`); or where the write goes through an
+        ``as_strided`` onto a value ``as_strided_scatter`` refuses (:func:`_scatters_into`)."""
+        if not restrided:
+            return
+        through_as_strided = any(
+            type(vm).__name__ in _AS_STRIDED_VIEW_METAS for vm in functionalization.get_view_meta_sequence(written.elem)
+        )
+        for entry in restrided:
+            root = entry.root
+            if root is not None:
+                if (
+                    not functionalization.get_view_meta_sequence(root.elem) and self._addresses_storage_as_eager(root)
+                    and (not through_as_strided or _scatters_into(root))
+                ):
+                    continue
+            elif entry.is_input and (
+                not through_as_strided or entry.unscatterable_at is None
+                or entry.unscatterable_at != torch._functionalize_mutation_counter(written.elem)
+            ):
+                continue
+            raise AotgradCompileError(
+                f"aotgrad: in-place {name} at {current_user_line()} writes into a storage with a "
+                f"view (a slice, a transpose) re-strided by as_strided_ ({entry.line}): "
+                "functionalization replays such a write onto a copy of the view's old layout, or "
+                "of a tensor the traced program lays out otherwise than eager (a sliced, expanded "
+                "or non-contiguous input, or one an in-place op re-laid out), and would change "
+                "other elements than eager. Use as_strided (out of place) of the base, or clone() first."
+            )
+
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        name = _name_of(func)
+        with torch._C.DisableTorchFunction():  # the attribute reads are no program ops
+            restride = self._restride(args, kwargs) if name == "as_strided_" and args else None
+            written, restrided = self._written_restrided(name, args, kwargs)
+            self._check_restrided(name, written, restrided)
+        out = self._run(func, args, kwargs)
+        with torch._C.DisableTorchFunction():
+            if restride is not None:
+                self.restrided.setdefault(StorageWeakRef(args[0].untyped_storage()), []).append(restride)
+            self._check_restrided(name, written, restrided)
+        return out
+
+    def _run(self, func, args: tuple, kwargs: dict) -> Any:
+        """Run ``func``, shadowing what it does (and refusing what would not match eager)."""
         shadow = self._shadow(args[0]) if args else None
         with torch._C.DisableTorchFunction():  # the attribute reads are no program ops
             self._check_stale_view_rewrites()
@@ -637,6 +799,15 @@ def _past_functional_storage(args: tuple, kwargs: dict, shadow: torch.Tensor) ->
             return False
         end = (offset + sum((n - 1) * st for n, st in zip(size, stride)) + 1) * t.element_size()
         return t.untyped_storage().nbytes() < end <= shadow.untyped_storage().nbytes()
+
+
+def _scatters_into(root: FunctionalTensor) -> bool:
+    """``as_strided_scatter`` takes functionalization's value of ``root`` (an input or
+    intermediate starting its chain) as the tensor to scatter into: it refuses (an internal
+    assert) one that requires grad and is not contiguous, an input not written yet."""
+    torch._sync(root)
+    value = torch._from_functional_tensor(root.elem)
+    return value.is_contiguous() or not value.requires_grad
 
 
 def _shadow_args(name: str, args: tuple, kwargs: dict) -> tuple | None:

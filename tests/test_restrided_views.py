@@ -1,0 +1,141 @@
+"""Writes into a storage with a view re-strided by ``as_strided_`` (issue 12).
+
+``v.as_strided_(size, stride, offset)`` names storage locations, so from then on ``v`` is
+``base.as_strided(size, stride, offset)``. Functionalization recorded it as the view's ops
+followed by the ``as_strided_``, whose inverse (a write through ``v``) scatters onto a copy of
+the view's old layout: such writes were refused at compile time. Functionalization's record
+of ``v`` is now that single ``as_strided`` of the base
+(:func:`aotgrad.core.eager_rewrites.rebase_restrided_view`), exact where the base is laid out
+as eager's whole storage (:meth:`aotgrad.core.view_geometry.EagerViewGeometry._check_restrided`);
+an input re-strided itself, laid out so, is exact too. Every variant here either matches eager
+(values, inputs after the call, gradients, strides, view-ness, a post-call write into the
+returned views) or is refused at compile time, naming the line: never silently wrong.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from tests.fuzz.harness import check_case, run_case
+
+#: the tensor whose view is re-strided: inputs laid out as their whole storage (exact), an
+#: intermediate, and inputs that are not their storage (a slice, an expand: refused)
+ROOTS = {
+    "input": ("a", "x"),
+    "input_transposed": ("a", "x.t()"),
+    "input_non_leaf": ("a", "x * 1"),
+    "input_non_leaf_transposed": ("a", "(x * 1).t()"),
+    "intermediate": ("a * 2", "x"),
+    "intermediate_transposed": ("(a * 2).t()", "x"),
+    "input_sliced": ("a", "x[1:]"),
+}
+#: the view of the root (4 x 4 elements) re-strided
+VIEWS = {
+    "slice": "t[1:, 1:3]",
+    "row": "t[2]",
+    "transpose": "t.t()[1:]",
+    "diagonal": "t.diagonal()",
+    "unbind": "t.unbind(0)[1]",
+    "view_of_view": "t[1:][:, 1:].t()",
+}
+#: the new layout (absolute storage offsets, within a 4 x 4 storage)
+RESTRIDES = {
+    "row_major": "((2, 3), (4, 1), 5)",
+    "column": "((3,), (4,), 2)",
+    "transposed": "((2, 2), (1, 4), 0)",
+    "scalar": "((), (), 7)",
+}
+#: what the program does after the as_strided_
+ACTIONS = {
+    "write_through": "    v.mul_(w)\n    return t * 1, v * 1\n",
+    "write_base": "    t.add_(w)\n    return v * 1, t * 1\n",
+    "write_other_view": "    t[0].mul_(w)\n    return v * 1, t * 1\n",
+    "return_view": "    v.add_(1)\n    return v, t\n",
+    "view_of_restrided": "    t.sub_(w)\n    return v.unsqueeze(0) * 2, t * 1\n",
+    "no_grad_write": "    with torch.no_grad():\n        v.mul_(2)\n    return v * w, t * 1\n",
+}
+
+#: roots where every variant must match eager (for ``input_transposed``: where it does not
+#: require grad; as_strided_scatter refuses a non-contiguous value requiring grad)
+EXACT = {"input", "input_non_leaf", "intermediate", "intermediate_transposed", "input_transposed"}
+
+
+def _case(root: str, view: str, restride: str, action: str, rg: bool):
+    expr_t, arg = ROOTS[root]
+    base_shape = [5, 4] if root == "input_sliced" else [4, 4]
+    source = (
+        f"def f(a, w):\n    t = {expr_t}\n    v = {VIEWS[view]}\n    v.as_strided_{RESTRIDES[restride]}\n"
+        + ACTIONS[action]
+    )
+    inputs = {
+        "bases": [{"shape": base_shape, "dtype": "float32", "rg": rg}, {"shape": [], "dtype": "float32", "rg": True}],
+        "args": [{"kind": "tensor", "base": 0, "expr": arg}, {"kind": "tensor", "base": 1, "expr": "x"}],
+    }
+    return source, inputs
+
+
+def _eager_or_refused(source: str, inputs: dict, post=(), modes=("grad", "no_grad")) -> bool:
+    """The case matches eager, or aotgrad refused it at compile time where eager raised
+    nothing; True where it matches."""
+    res = run_case(source, inputs, None, post=list(post), modes=list(modes), seed=0)
+    assert all("impl raised, eager did not: AotgradCompileError" in d for d in res.diffs), res.report()
+    return res.ok
+
+
+#: every root, view and action; the new layout and whether the root requires grad cycle
+CASES = [
+    (root, view, sorted(RESTRIDES)[k % len(RESTRIDES)], action, k % 2 == 0)
+    for k, (root, view, action) in enumerate(itertools.product(sorted(ROOTS), sorted(VIEWS), sorted(ACTIONS)))
+]
+
+
+@pytest.mark.parametrize("root,view,restride,action,rg", CASES)
+def test_restrided_view(root, view, restride, action, rg):
+    source, inputs = _case(root, view, restride, action, rg)
+    post = [(0, "mul_(3)")] if action == "return_view" else []
+    if root in EXACT and not (root == "input_transposed" and rg and action in ("write_through", "no_grad_write")):
+        check_case(source, inputs, post=post, modes=["grad", "no_grad"])
+    else:
+        _eager_or_refused(source, inputs, post)
+
+
+@pytest.mark.parametrize("rg", [True, False])
+def test_setitem_through_view_transposed_in_place(rg):
+    """``v[0] = w`` through a view changed by ``t_()``, the root not requiring grad: the write
+    makes it require grad, and eager's CopySlices addresses the view by its geometry. The
+    view was skipped (it did not require grad before the write, and ``__setitem__`` returns
+    nothing): the gradient of ``w`` reached other elements, silently."""
+    inputs = {
+        "bases": [{"shape": [4, 4], "dtype": "float32", "rg": rg}, {"shape": [], "dtype": "float32", "rg": True}],
+        "args": [{"kind": "tensor", "base": 0, "expr": "x * 1" if rg else "x"}, {"kind": "tensor", "base": 1, "expr": "x"}],
+    }
+    for meta in ("v.t_()", "v.as_strided_((2, 3), (4, 1), 1)"):
+        for write in ("v[0] = w", "v[0].copy_(w)", "v.copy_(w)"):
+            source = f"def f(a, w):\n    t = a * 1\n    v = t[1:]\n    {meta}\n    {write}\n    return v * 1, t * 1\n"
+            check_case(source, inputs, modes=["grad", "no_grad"])
+
+
+#: programs that stay refused: the write would be replayed onto another layout than eager's
+REFUSED = {
+    # an in-place metadata op on the root afterwards: functionalization makes it a view of itself
+    "root_t_after": "    v.as_strided_((2, 3), (4, 1), 1)\n    t.t_()\n    t.add_(w)\n",
+    # ... or before: the view's chain does not start at the storage's root
+    "root_t_before": "    t.t_()\n    v = t[1:]\n    v.as_strided_((2, 3), (4, 1), 1)\n    v.mul_(w)\n",
+    # a detach()ed alias (no autograd base to take as_strided of)
+    "detached": "    v = t.detach()[1:]\n    v.as_strided_((2, 3), (4, 1), 1)\n    v.mul_(2)\n",
+    # another dtype than the root's
+    "view_dtype": "    v = t.view(torch.int32)[1:]\n    v.as_strided_((2, 3), (4, 1), 1)\n    v.add_(1)\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_still_refused(name):
+    source = "def f(a, w):\n    t = a * 1\n    v = t[1:]\n" + REFUSED[name] + "    return v * 1, t * w\n"
+    inputs = {
+        "bases": [{"shape": [4, 4], "dtype": "float32", "rg": True}, {"shape": [], "dtype": "float32", "rg": True}],
+        "args": [{"kind": "tensor", "base": 0, "expr": "x * 1"}, {"kind": "tensor", "base": 1, "expr": "x"}],
+    }
+    res = run_case(source, inputs, None, post=[], modes=["grad"], seed=0)
+    assert not res.ok and "re-strided by as_strided_" in res.report(), res.report()
