@@ -196,7 +196,7 @@ def warm_start(args) -> None:
         med = {side: statistics.median(run[name][side] for run in runs) * 1e3 for side in sides}
         results.append({"model": name, "ms": med,
                         "all_ms": {side: [run[name][side] * 1e3 for run in runs] for side in sides}})
-    print(f"\nsecond process: first call + first backward, ms (median of {args.repeat} processes, "
+    print(f"\nsecond process: first call + first backward, ms (median of {args.repeat} rounds, a process per side, "
           f"{args.clock} clock), torch.set_num_threads({args.threads})")
     rows = [[r["model"], fmt(r["ms"]["ours cold"]), fmt(r["ms"]["ours warm"]),
              fmt(ratio(r["ms"]["ours warm"], r["ms"]["ours cold"]), ".2f"),
