@@ -356,3 +356,36 @@ def test_persistent_cache_hit_compiles_where_inductors_key_would_differ(tmp_path
     for results in (changed, emptied):
         for r, e in zip(results, expected):
             torch.testing.assert_close(r, e)
+
+
+@pytest.mark.slow
+def test_persistent_cache_hit_loads_inductors_inference_graph_by_its_key(tmp_path, monkeypatch):
+    """An inference entry (inductor_inference, with an input mutation written back) stores
+    its graph's FX-cache key too; a hit under no_grad loads it and runs as eager."""
+    from torch._inductor import config as inductor_config
+
+    if inductor_config.force_disable_caches:
+        pytest.skip("Inductor's caches are disabled")
+
+    def step(x, running, w):
+        h = torch.tanh(x @ w)
+        running.mul_(0.5).add_(h.mean(0))
+        return h.t()
+
+    def run(fn):
+        g = torch.Generator().manual_seed(4)
+        x, running, w = torch.randn(5, 4, generator=g), torch.ones(3), torch.randn(4, 3, generator=g)
+        with torch.no_grad():
+            out = fn(x, running, w)
+        return [out, running]
+
+    expected = run(step)
+    calls = _compile_fx_inner_calls(monkeypatch)
+    cold = run(_compile(step, cache=tmp_path))
+    assert calls == [False]
+    assert sorted(_stored_entry(tmp_path).compiler_artifacts) == ["inference"]
+    warm = run(_compile(step, cache=tmp_path))
+    assert calls == [False]
+    for w, c, e in zip(warm, cold, expected):
+        torch.testing.assert_close(w, e)
+        assert torch.equal(w, c) and w.stride() == e.stride()
