@@ -31,6 +31,12 @@ eager's own fill, so the traced graph consumes the generator exactly as eager do
   a write into ``w`` was refused; where autograd does not record it, the write goes into
   ``t``'s root's ``as_strided(...).detach()`` instead, whose chain it starts (``w`` reads it
   from the shared storage, and stays eager's view of ``v``).
+- **Writes through a view() step.** Functionalization writes a view's new value back into
+  its base through each step's inverse, and the inverse of ``view`` is ``view`` of the new
+  value, which raises where that value is not laid out as ``view`` needs: ``masked_fill``'s
+  result is contiguous, an ``out=`` op's follows its inputs. ``masked_fill_`` of a
+  non-contiguous such view, and a deterministic ``out=`` op into one that autograd does not
+  record, become ``dest.copy_(result)`` (the copy is laid out as ``dest``).
 - **Eager's dtype errors.** An in-place op whose result cannot be cast to the written
   tensor's dtype, or a kernel not built for a dtype, raise eager's error at the op
   (:func:`~aotgrad.core.kernel_checks.raise_eager_dtype_error`): functionalization's copy
@@ -48,6 +54,8 @@ import weakref
 from typing import Any
 
 import torch
+import torch._C._functionalization as functionalization
+import torch.utils._pytree as pytree
 from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch._subclasses.functional_tensor import FunctionalTensor, disable_functional_mode
 from torch.fx.experimental.symbolic_shapes import statically_known_true
@@ -78,6 +86,7 @@ _DROPOUTS_INPLACE = {torch.dropout_, torch._C._VariableFunctions.dropout_}
 _FUNCTIONAL_DROPOUT = torch.nn.functional.dropout
 _POLYGAMMA_INPLACE = torch.Tensor.polygamma_
 _SQUEEZE_INPLACE = torch.Tensor.squeeze_
+_MASKED_FILL_INPLACE = torch.Tensor.masked_fill_
 _AS_STRIDED = {torch.Tensor.as_strided, torch.as_strided}
 _AS_STRIDED_INPLACE = torch.Tensor.as_strided_
 _DETACH = {torch.Tensor.detach, torch.detach}
@@ -188,11 +197,79 @@ class EagerRewrites(TorchFunctionMode):
             root = _written_root(func, args, kwargs)
             if root is None:
                 return func(*args, **kwargs)
+            if func is _MASKED_FILL_INPLACE and _unviewable_fill(args, kwargs):
+                # the functional masked_fill is contiguous, and functionalization's inverse of a
+                # view() step in the destination's chain is view() of it: where the destination
+                # is not contiguous that raises; copy_ keeps the destination's layout
+                # (fuzz seed 1014037). Autograd sees masked_fill of the old value copied in.
+                filled = torch.Tensor.masked_fill(*args, **kwargs)
+                func, args, kwargs = torch.Tensor.copy_, (args[0], filled), {}
+            elif _unviewable_out(func, args, kwargs):
+                # the same for an out= op whose result is laid out otherwise than ``out``
+                # (torch.mul(t, 2, out=v) of a transposed t; fuzz seed 2015069); autograd
+                # records neither (eager refuses out= ops it would record); where the result
+                # does not fit ``out`` (out= resizes it), the op runs as written (the unused
+                # result is dead code)
+                result = func(*args, **{k: v for k, v in kwargs.items() if k != "out"})
+                out = kwargs["out"]
+                with torch._C.DisableTorchFunction():
+                    fits = isinstance(result, torch.Tensor) and tuple(result.shape) == tuple(out.shape)
+                if fits:
+                    func, args, kwargs = torch.Tensor.copy_, (out, result), {}
+                else:
+                    return func(*args, **kwargs)
             return _keeping_layout(root, func, args, kwargs, size1_unknown=self.odd_size1_strides)
         if train and 0 < p < 1 and x.numel() > 0 and x.device.type == "cpu" and x.is_floating_point():
             noise = bernoulli_like(x.detach(), 1 - p).div_(1 - p)
             return x.mul_(noise) if inplace else x * noise
         return func(*args, **kwargs)
+
+
+def _unviewable_fill(args: tuple, kwargs: dict) -> bool:
+    """``dest.masked_fill_(mask, value)`` (``args``, ``kwargs``) writes a view ``dest`` that is
+    not contiguous and whose functionalization chain has a ``view`` step, with a mask that
+    broadcasts to ``dest`` (else the op raises eager's error itself)."""
+    dest = args[0]
+    mask = args[1] if len(args) > 1 else kwargs.get("mask")
+    if type(dest) is not FunctionalTensor or not isinstance(mask, torch.Tensor):
+        return False
+    with torch._C.DisableTorchFunction():
+        if dest.is_contiguous():
+            return False
+        try:
+            if tuple(torch.broadcast_shapes(dest.shape, mask.shape)) != tuple(dest.shape):
+                return False
+        except RuntimeError:
+            return False
+    return _through_view_step(dest)
+
+
+def _through_view_step(dest: Any) -> bool:
+    """``dest`` is a view whose functionalization chain has a ``view`` step: a write into it
+    is written back into its base through ``view`` of the new value, which must be laid out
+    as ``view`` accepts."""
+    if type(dest) is not FunctionalTensor:
+        return False
+    with torch._C.DisableTorchFunction():
+        if dest._base is None:
+            return False
+        chain = functionalization.get_view_meta_sequence(dest.elem)
+    return any(type(vm).__name__ in ("view_ViewMeta", "_unsafe_view_ViewMeta") for vm in chain)
+
+
+#: ops drawing from a generator: the rewrite below may run the op twice in the trace
+_RANDOM_WORDS = ("rand", "normal", "bernoulli", "multinomial", "poisson", "exponential", "cauchy", "geometric", "uniform", "dropout")
+
+
+def _unviewable_out(func, args: tuple, kwargs: dict) -> bool:
+    """A deterministic ``out=`` op into a view with a ``view`` step
+    (:func:`_through_view_step`) that autograd does not record."""
+    name = getattr(func, "__name__", "")
+    if any(w in name for w in _RANDOM_WORDS) or not _through_view_step(kwargs.get("out")):
+        return False
+    return not (torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in pytree.tree_leaves((args, kwargs))
+    ))
 
 
 def _written_root(func, args: tuple, kwargs: dict) -> FunctionalTensor | None:
