@@ -441,3 +441,43 @@ def test_stale_as_strided_of_an_input_view_reaching_outside_it(stale):
         return x.as_strided((2, 2), (2, 1), 0), x[0]
 
     check(f, make)
+
+
+STALE_BY_ALIAS = {
+    "alias_transpose_": lambda b: b.detach().transpose_(0, 1),
+    "alias_unsqueeze_": lambda b: b.detach().unsqueeze_(0),
+    "alias_mul_": lambda b: b.detach().mul_(2),
+}
+
+STALE_CHAINS = {
+    "as_strided_outside": lambda b: b.as_strided((2, 2), (2, 1), 1).select(1, 1),
+    "as_strided_inside": lambda b: b.as_strided((2, 2), (4, 1), 1).select(1, 1),
+    "slice": lambda b: b[1:].select(1, 1),
+}
+
+
+@pytest.mark.parametrize("returned", ["view_of_stale", "stale", "both"])
+@pytest.mark.parametrize("chain", sorted(STALE_CHAINS))
+@pytest.mark.parametrize("stale_by", ["alias_transpose_", "alias_unsqueeze_", "alias_mul_", "no_grad_mul_"])
+def test_view_taken_of_a_stale_view_of_an_input(stale_by, chain, returned):
+    """``t4 = b.as_strided(...).select(1, 1)``, then an in-place op on ``b``'s storage (through
+    a ``detach()``ed alias: a metadata op bumps the shared version too), then ``t5 = t4[-1]``
+    returned: eager regenerated ``t4``'s grad_fn off ``x`` before taking ``t5``, so ``t5``'s
+    gradient reaches ``x`` outside ``b``; rebuilt by replaying ``b``'s chain it was dropped
+    (fuzz seed 2015592)."""
+
+    def f(x, b):
+        t4 = STALE_CHAINS[chain](b)
+        if stale_by == "no_grad_mul_":
+            with torch.no_grad():
+                b.mul_(1)
+        else:
+            STALE_BY_ALIAS[stale_by](b)
+        t5 = t4[-1]
+        return {"view_of_stale": (t5,), "stale": (t4,), "both": (t4, t5)}[returned]
+
+    def make():
+        x = torch.randn(3, 4, requires_grad=True)
+        return x, x[:, 1:]
+
+    check(f, make)

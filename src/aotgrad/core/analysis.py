@@ -748,10 +748,11 @@ def analyze(
             )
             # After an in-place op on the input, eager regenerates an as_strided view's
             # grad_fn off the autograd root (its gradient reaches past the input's elements);
-            # a view made after the last one (not stale) keeps its own, off the input
-            off_root = input_info[i].mutates_data and geometry.stale(o) and any(
-                type(vm).__name__ == "as_strided_ViewMeta" for vm in view_source or ()
-            )
+            # a view made after the last one (not stale) keeps its own, off the input, unless
+            # it was taken of a stale view (whose grad_fn eager regenerated so first)
+            off_root = (
+                (input_info[i].mutates_data and geometry.stale(o)) or geometry.of_stale(o)
+            ) and any(type(vm).__name__ == "as_strided_ViewMeta" for vm in view_source or ())
             output_info.append(
                 OutputInfo(
                     OutputType.alias_of_input,

@@ -162,6 +162,11 @@ class EagerViewGeometry(TorchFunctionMode):
         #: id(view) -> (the view, the version its autograd history was recorded at: its
         #: creation, or an in-place op on it that autograd recorded), as eager's attr_version
         self.view_versions: dict[int, tuple[torch.Tensor, int]] = {}
+        #: id(view) -> the view, for views taken with grad recording of a stale view (or of
+        #: one of these): eager regenerated the source's grad_fn first, as one
+        #: ``AsStridedBackward0`` off its base, so their gradient reaches the base also
+        #: outside the elements the source's own chain had
+        self.views_of_stale: dict[int, torch.Tensor] = {}
         #: id(view) -> (the view, its base's geometry when the view was made)
         self.base_geometry_at_view: dict[int, tuple[torch.Tensor, Geometry]] = {}
         #: ids of the inputs whose caller's tensor is its whole storage (no view, contiguous,
@@ -241,6 +246,12 @@ class EagerViewGeometry(TorchFunctionMode):
         entry = self.view_versions.get(id(t))
         return entry is not None and entry[0] is t and entry[1] != t._version
 
+    def of_stale(self, t: torch.Tensor) -> bool:
+        """``t`` was stale, or was taken from a stale view (``views_of_stale``): eager's
+        gradient of ``t`` goes through an ``AsStridedBackward0`` off its base."""
+        entry = self.views_of_stale.get(id(t))
+        return self.stale(t) or entry is t
+
     def _note_versions(self, args: tuple, out: Any) -> None:
         """Record new views' versions; an in-place op autograd records on a view rebases it."""
         source = args[0] if args else None
@@ -253,6 +264,11 @@ class EagerViewGeometry(TorchFunctionMode):
             if isinstance(r, FunctionalTensor) and r is not source and r._base is not None and id(r) not in self.view_versions:
                 self.view_versions[id(r)] = (r, r._version)
                 self.base_geometry_at_view[id(r)] = (r, _geometry(r._base))
+                if (
+                    isinstance(source, FunctionalTensor) and torch.is_grad_enabled() and source.requires_grad
+                    and self.of_stale(source)
+                ):
+                    self.views_of_stale[id(r)] = r
 
     def _check_stale_view_rewrites(self) -> None:
         """Check the views that :class:`~aotgrad.core.stale_views.StaleViewUses` (entered inside
