@@ -1073,7 +1073,10 @@ def _through_custom_function(o: torch.Tensor, root: torch.Tensor, modes: tuple[A
             for m in modes:
                 stack.enter_context(m)
             node, stop = o.grad_fn, root.grad_fn
-    except RuntimeError:
+    except (RuntimeError, ValueError, IndexError):
+        # (or the replay of its recorded chain no longer applies to the input's new shape,
+        # the view op's own ValueError/IndexError; eager regenerates it by as_strided, and
+        # a custom Function's output is no such view: fuzz seed 1019720)
         return False
     # Only the first edge is followed: a view node's (and an in-place node's) first input is
     # the tensor it views or writes, so this walks o's own chain, not other operands'.
