@@ -141,3 +141,51 @@ def test_stale_view_stays_stale_after_the_callers_write(restride, post):
         grads.append(torch.autograd.grad(outs, [a, b], [torch.randn(2, 2) for _ in outs]))
     for e, c in zip(*grads):
         torch.testing.assert_close(c, e)
+
+
+#: in-place metadata ops on another input on ``a``'s storage (or on a view / detached alias of it)
+PEER_METADATA_OPS = {
+    "t_ of a slice input": ("x[1:]", "i1.t_()"),
+    "unsqueeze_ of a detached alias": ("x.detach()", "i1.unsqueeze_(0)"),
+    "as_strided_ of a view of it": ("x.detach()", "i1[0].as_strided_((1,), (1,), 1)"),
+    "squeeze_ of its detach()": ("x[:1]", "i1.detach().squeeze_(0)"),
+}
+#: views of ``a`` eager invalidates once its counter moves (made in no_grad mode, or by a
+#: multi-output op)
+INVALIDATED = {
+    "no_grad unsqueeze": "with torch.no_grad():\n        v = a.unsqueeze(-3)",
+    "no_grad slice": "with torch.no_grad():\n        v = a[1:]",
+    "unbind": "v = a.unbind(0)[1]",
+    "split": "v = a.split(1, 0)[1]",
+    "ordinary view (not invalidated)": "v = a.t()",
+}
+
+
+@pytest.mark.parametrize("mode", ["grad", "no_grad"])
+@pytest.mark.parametrize("view", sorted(INVALIDATED))
+@pytest.mark.parametrize("op", sorted(PEER_METADATA_OPS))
+def test_view_invalidated_by_a_metadata_op_on_another_input(op, view, mode):
+    """Was a usable view (eager's grad_fn read and backward raise; fuzz seed 2013575): the
+    metadata op on another input moves the version counter eager's inputs on one storage
+    share; the trace's inputs have their own (no data write: no synthetic base), so the
+    analysis moves their counters together (``_EagerChecks.storage_peers``)."""
+    expr, inplace = PEER_METADATA_OPS[op]
+    check_case(
+        source=f"def f(a, i1):\n    {INVALIDATED[view]}\n    with torch.no_grad():\n        {inplace}\n    return v, a * 1\n",
+        inputs={"bases": [{"shape": [3, 3], "dtype": "float32", "rg": True}],
+                "args": [{"kind": "tensor", "base": 0, "expr": "x"}, {"kind": "tensor", "base": 0, "expr": expr}]},
+        modes=[mode],
+        seed=6,
+    )
+
+
+def test_saved_multi_output_view_invalidated_by_a_metadata_op_on_another_input():
+    """Eager's backward unpacks a saved multi-output view whose counter moved since and
+    raises its view error (fuzz seed 1016383): recorded as a saved tensor the program changed."""
+    check_case(
+        source="def f(a, b):\n    t = b.unbind(0)[1].unsqueeze(-1)\n    u = t * t\n"
+        "    with torch.no_grad():\n        a.view(torch.int32).view(-1).t_()\n    return u,\n",
+        inputs={"bases": [{"shape": [3], "dtype": "float32", "rg": True}],
+                "args": [{"kind": "tensor", "base": 0, "expr": "x[1:]"}, {"kind": "tensor", "base": 0, "expr": "x"}]},
+        seed=6,
+    )

@@ -262,11 +262,12 @@ class _EagerChecks(TorchFunctionMode):
         self.initial_grad_fns: list[Any] = []
         #: graph input detached in place → autograd's next node sequence number then
         self.detached_at: dict[int, int] = {}
-        #: (graph input, autograd's next sequence number) of each in-place metadata op on an
-        #: input, a view of one or a detach()ed alias of either: eager bumps the version
-        #: counter the input shares with the caller's other tensors on its storage (other
-        #: inputs the trace keeps apart)
-        self.metadata_ops_on_inputs: list[tuple[int, int]] = []
+        #: graph input → the functional tensors of the other graph inputs on its storage in
+        #: the caller: eager's tensors there share one version counter, the trace's are apart,
+        #: so an in-place metadata op on an input, a view of one or a detach()ed alias of
+        #: either moves its peers' counters too (a data write merges them into a synthetic
+        #: base, whose views share its counter in the trace too)
+        self.storage_peers: dict[int, tuple[Any, ...]] = {}
         #: leaf graph input requiring grad → its shape at the program's first op that records
         #: a use of it: eager's AccumulateGrad for it is made then, and checks the gradients
         #: it gets against that shape while it lives (an in-place metadata op under no_grad
@@ -431,7 +432,11 @@ class _EagerChecks(TorchFunctionMode):
                     # input's storage and version counter all the same
                     k = self.input_storages.get(StorageWeakRef(args[0].untyped_storage()))
                 if k is not None:
-                    self.metadata_ops_on_inputs.append((k, torch._C._autograd._get_sequence_nr()))
+                    # eager's op moves the counter its peers share: what autograd saved of them
+                    # before is refused (find_eager_saved), their views made in no_grad mode (or
+                    # by a multi-output op) refuse their grad_fn since, as eager's do
+                    for peer in self.storage_peers.get(k, ()):
+                        torch._C._autograd._unsafe_set_version_counter((peer,), (peer._version + 1,))
         if name in _ADDRESSES_INPUT_STORAGE and args and isinstance(args[0], FunctionalTensor):
             storage = StorageWeakRef(args[0].untyped_storage())
             i = self.input_storages.get(storage)
@@ -521,6 +526,7 @@ def analyze(
     )
     checks.input_index = {id(f): i for i, f in enumerate(f_inputs) if isinstance(f, torch.Tensor)}
     checks.initial_grad_fns = grad_fns_before
+    checks.storage_peers = _storage_peers(f_inputs, fake_inputs)
     checks.input_is_leaf = {i: t.is_leaf for i, t in enumerate(fake_inputs) if isinstance(t, torch.Tensor)}
     checks.view_inputs = frozenset(
         i for i, t in enumerate(fake_inputs) if isinstance(t, torch.Tensor) and t._base is not None
@@ -829,7 +835,6 @@ def analyze(
             eager_saved = find_eager_saved(
                 [(p, t) for p, t in enumerate(fw_functional) if getattr(t, "requires_grad", False)],
                 f_inputs, fw_functional, grad_fns_before, _detached_non_leaves(checks, fake_inputs),
-                _bumps_through_aliases(checks, fake_inputs),
             )
         if eager_saved is not None:
             metadata = dataclasses.replace(metadata, eager_saved=eager_saved)
@@ -837,6 +842,19 @@ def analyze(
     signature = forward_outputs.with_tangents(metadata, [v.dtype for v in fw_values])
     subclasses = tuple(_subclass_structure(v) for v in fw_values)
     return Analysis(metadata, out_spec, tuple(base_sources), avals, signature, subclasses)
+
+
+def _storage_peers(f_inputs: list[Any], fake_inputs: list[Any]) -> dict[int, tuple[Any, ...]]:
+    """``_EagerChecks.storage_peers``: per graph input, the functional tensors of the other
+    graph inputs whose caller's tensors share its storage."""
+    by_storage: dict[StorageWeakRef, list[int]] = {}
+    for i, t in enumerate(fake_inputs):
+        if isinstance(t, torch.Tensor):
+            by_storage.setdefault(StorageWeakRef(t.untyped_storage()), []).append(i)
+    return {
+        i: tuple(f_inputs[j] for j in group if j != i)
+        for group in by_storage.values() if len(group) > 1 for i in group
+    }
 
 
 def _grad_accumulator_shape(checks: _EagerChecks, i: int, fake: torch.Tensor) -> tuple[int, ...] | None:
@@ -853,26 +871,6 @@ def _grad_accumulator_shape(checks: _EagerChecks, i: int, fake: torch.Tensor) ->
             "not supported. Use dynamic=False."
         )
     return shape
-
-
-def _bumps_through_aliases(checks: _EagerChecks, fake_inputs: list[Any]) -> dict[int, tuple[int, ...]]:
-    """Graph input → autograd's sequence numbers at the in-place metadata ops the program
-    applies to *other* inputs on its storage (``find_eager_saved``'s
-    ``bumps_through_aliases``): eager's shared version counter moves with them, the trace's
-    separate inputs' counters do not. (Aliased inputs a data write reaches are merged into a
-    synthetic base, whose views share its counter in the trace too.)"""
-    out: dict[int, tuple[int, ...]] = {}
-    for i, t in enumerate(fake_inputs):
-        if not isinstance(t, torch.Tensor):
-            continue
-        storage = StorageWeakRef(t.untyped_storage())
-        seqs = tuple(
-            at for j, at in checks.metadata_ops_on_inputs
-            if j != i and StorageWeakRef(fake_inputs[j].untyped_storage()) == storage
-        )
-        if seqs:
-            out[i] = seqs
-    return out
 
 
 def _detached_non_leaves(checks: _EagerChecks, fake_inputs: list[Any]) -> dict[int, int]:

@@ -90,6 +90,11 @@ DETACHED_SAVED = (
 )
 
 
+#: eager's error unpacking a saved view made in no_grad mode or by a multi-output op whose
+#: base (or another view of it) changed in place since (the view's grad_fn is refused)
+_VIEW_MODIFIED = "its base or another view of its base has been modified inplace"
+
+
 #: the key, in a ``CopySlices`` node's ``metadata``, of what the in-place op it wraps saved
 #: (:func:`saving_through_view`): autograd exposes neither the wrapped node nor its saved tensors
 _WRAPPED_SAVED = "aotgrad.wrapped_saved"
@@ -193,7 +198,7 @@ def _saved_values(node: Any) -> Iterable[tuple[Any, BaseException | None, str | 
         try:
             value = getattr(node, name)
         except RuntimeError as exc:
-            if _MODIFIED in str(exc):
+            if _MODIFIED in str(exc) or _VIEW_MODIFIED in str(exc):
                 yield None, exc, None
             continue
         for v in value if isinstance(value, (tuple, list)) else (value,):
@@ -239,7 +244,6 @@ def find_eager_saved(
     forward_outputs: Sequence[Any],
     input_nodes: Iterable[Any],
     detached_non_leaves: dict[int, int] | None = None,
-    bumps_through_aliases: dict[int, tuple[int, ...]] | None = None,
 ) -> EagerSavedTensors | None:
     """Walk eager's autograd graph, as the analysis run recorded it, from the forward
     outputs ``roots`` (``(position, tensor)``) down to the graph inputs' own nodes
@@ -247,13 +251,11 @@ def find_eager_saved(
     (see the module docstring). Run under the analysis's fake and functional modes.
     ``detached_non_leaves``: graph inputs that are no leaves in the caller and that the
     program detaches in place → autograd's next sequence number at the detach: eager's
-    backward refuses each of them saved (as an input of its node) before then.
-    ``bumps_through_aliases``: graph input → autograd's sequence numbers at in-place ops on
-    other inputs sharing its version counter in eager (not in the trace): a saved input (or
-    view of one) with one after its node was made is changed by the program.
+    backward refuses each of them saved (as an input of its node) before then. (Inputs
+    sharing storage in the caller share eager's version counter: the analysis moves their
+    counters together, ``analysis._EagerChecks.storage_peers``.)
     None when there are none."""
     detached_non_leaves = detached_non_leaves or {}
-    bumps_through_aliases = bumps_through_aliases or {}
     stop = {n for n in input_nodes if n is not None}
     reached: dict[Any, set[int]] = {}
     for position, t in roots:
@@ -292,9 +294,6 @@ def find_eager_saved(
                 for i, at in detached_non_leaves.items()
             ):
                 entry = EagerSavedTensor("", DETACHED_SAVED, -1, frozenset(positions))
-            elif error is None and (bumped := _bumped_through_alias(value, node, graph_inputs, bumps_through_aliases)):
-                message = f"{_MODIFIED}: {bumped} {_HINT}"
-                entry = EagerSavedTensor("", message, -1, frozenset(positions))
             elif error is not None:
                 # a graph input's fake autograd history is no user's: eager names the
                 # caller's grad_fn there, which this message leaves out
@@ -318,27 +317,6 @@ def find_eager_saved(
     return EagerSavedTensors(
         tuple(e for _, e in entries), tuple(witnesses), any(e.changed_by_program is not None for _, e in entries)
     )
-
-
-def _bumped_through_alias(
-    value: torch.Tensor, node: Any, graph_inputs: Sequence[Any], bumps: dict[int, tuple[int, ...]]
-) -> str | None:
-    """Eager's "... is at version N; expected version M instead." where ``value``, a graph
-    input or a view of one, was saved by ``node`` before an in-place op on an aliasing input
-    (``bumps``) moved their shared version counter; else None. Versions as eager's for a
-    caller's tensor at version 0 (the trace's counter does not hold the caller's)."""
-    for i, seqs in bumps.items():
-        t = graph_inputs[i]
-        if value is not t and value._base is not t:
-            continue
-        made = node._sequence_nr()
-        before, after = sum(at <= made for at in seqs), sum(at > made for at in seqs)
-        if not after:
-            return None
-        described = f"[{value.type()} {list(value.shape)}]" if value is t else _describe(value)
-        saved = value._version + before
-        return f"{described} is at version {saved + after}; expected version {saved} instead."
-    return None
 
 
 def _same(t: Any) -> Any:
