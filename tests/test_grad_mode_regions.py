@@ -186,3 +186,30 @@ def test_input_mutated_under_no_grad_then_used_in_grad_region(mutation, grad_mod
         return (x if leaf else x * 1, torch.randn(3, 4, requires_grad=True))
 
     check(f, inputs, grad_mode=grad_mode)
+
+
+NO_GRAD_RELAYOUT = {"unsqueeze_": lambda v: v.unsqueeze_(0), "t_": lambda v: v.t_(), "squeeze_": lambda v: v.squeeze_()}
+GRAD_RELAYOUT = {"transpose_": lambda v: v.transpose_(0, 0), "unsqueeze_": lambda v: v.unsqueeze_(-1)}
+
+
+@pytest.mark.parametrize("then", sorted(GRAD_RELAYOUT))
+@pytest.mark.parametrize("op", sorted(NO_GRAD_RELAYOUT))
+@pytest.mark.parametrize("root", ["intermediate", "input", "cumsum_of_expanded"])
+def test_view_relaid_under_no_grad_then_with_grad(root, op, then):
+    """``t4 = t1.t(); with no_grad: t4.t_(); t4.transpose_(0, 0); return t4``: the no_grad op
+    leaves eager's view stale, and the grad-mode op regenerates its grad_fn off its base
+    first, so its gradient reaches the base; rebuilt with the whole chain as a no_grad prefix
+    it had none (fuzz seed 2016759)."""
+
+    def f(x):
+        if root == "cumsum_of_expanded":
+            t1 = x[0].as_strided((2, 3), (0, 1), 0).cumsum(0)
+        else:
+            t1 = x * 1 if root == "intermediate" else x
+        v = t1[0]
+        with torch.no_grad():
+            NO_GRAD_RELAYOUT[op](v)
+        GRAD_RELAYOUT[then](v)
+        return v, x.sum()
+
+    check(f, lambda: (torch.randn(2, 3, requires_grad=True) * 1,))

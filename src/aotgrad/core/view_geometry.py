@@ -258,6 +258,11 @@ class EagerViewGeometry(TorchFunctionMode):
         if out is source and isinstance(source, FunctionalTensor):
             entry = self.view_versions.get(id(source))
             if entry is not None and entry[0] is source and torch.is_grad_enabled() and source.requires_grad:
+                if entry[1] != source._version and self.no_grad_steps.get(id(source), (None,))[0] is source:
+                    # a stale view (an in-place metadata op under no_grad made its whole chain
+                    # a no_grad prefix): eager regenerates its grad_fn off its base in grad
+                    # mode before recording this op, so its gradient reaches the base again
+                    del self.no_grad_steps[id(source)]
                 self.view_versions[id(source)] = (source, source._version)
             return
         for r in out if isinstance(out, (tuple, list)) else (out,):
