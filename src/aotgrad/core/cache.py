@@ -38,6 +38,7 @@ Concurrent processes need no lock: a reader that loses an entry to eviction has 
 from __future__ import annotations
 
 import builtins
+import copy
 import dis
 import enum
 import functools
@@ -65,13 +66,14 @@ import torch.fx.immutable_collections
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch._C import _functionalization
 from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import _disable_current_modes
 
 __all__ = ["EntryStore", "StoredEntry", "Uncacheable", "cache_location", "evict", "size_limit"]
 
 log = logging.getLogger("aotgrad")
 
 #: bump when the stored layout changes (the aotgrad source hash changes anyway)
-FORMAT = 3
+FORMAT = 4
 _MAGIC = b"AOTGRAD-CACHE-1\n"
 
 
@@ -671,19 +673,34 @@ _PICKLED_AS_IS = frozenset({
 
 class _Pickler(pickle.Pickler):
     """Pickles graphs: nodes by position (in node arguments only: a node in metadata is
-    refused), fake tensors by metadata (their storage sharing kept; one fake tensor met again,
-    as the graphs' metadata shares them, by its first occurrence: it loads as one object, as
-    it was), ops by name; refuses real tensors and symbolic values."""
+    refused), fake tensors by number in :attr:`fake_table` (their metadata, storage sharing
+    kept; one fake tensor met again, as the graphs' metadata shares them, has its first
+    number: it loads as one object, as it was), ops by name; refuses real tensors and
+    symbolic values."""
 
     def __init__(self, file: io.BytesIO) -> None:
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
         self.nodes: dict[torch.fx.Node, int] = {}
         self.storages: dict[StorageWeakRef, int] = {}
-        #: id of each fake tensor pickled so far → its number (the tensors are kept alive
+        #: id of each fake tensor numbered so far → its number (the tensors are kept alive
         #: in ``self.fakes`` so that an id is never reused meanwhile)
         self.fake_numbers: dict[int, int] = {}
         self.fakes: list[FakeTensor] = []
+        #: the description of fake tensor number k (:meth:`_describe`), stored beside the
+        #: pickle and loaded first (:class:`_FakeTable`)
+        self.fake_table: list[tuple] = []
         self.in_meta = False
+
+    def fake_number(self, t: Any) -> int:
+        """The number of fake tensor ``t`` in :attr:`fake_table` (described at first sight)."""
+        if type(t) is not FakeTensor:
+            raise Uncacheable(f"a {type(t).__name__} in a graph's metadata")
+        number = self.fake_numbers.get(id(t))
+        if number is None:
+            number = self.fake_numbers[id(t)] = len(self.fakes)
+            self.fakes.append(t)
+            self.fake_table.append(self._describe(t))
+        return number
 
     def persistent_id(self, obj: Any) -> Any:
         if type(obj) in _PICKLED_AS_IS:  # most objects: one set lookup
@@ -693,14 +710,7 @@ class _Pickler(pickle.Pickler):
                 raise Uncacheable(f"node {obj.name} in a node's metadata")
             return ("N", self.nodes[obj])
         if isinstance(obj, torch.Tensor):
-            if type(obj) is not FakeTensor:
-                raise Uncacheable(f"a {type(obj).__name__} in a graph's metadata")
-            number = self.fake_numbers.get(id(obj))
-            if number is not None:
-                return ("F", number)
-            self.fake_numbers[id(obj)] = len(self.fakes)
-            self.fakes.append(obj)
-            return ("T", self._describe(obj))
+            return ("F", self.fake_number(obj))
         if isinstance(obj, torch._ops.OpOverload):
             return ("O", obj.name())
         if isinstance(obj, types.ModuleType):  # a global of a graph's code (``torch``)
@@ -726,39 +736,29 @@ class _Pickler(pickle.Pickler):
         return (sid, storage.nbytes(), tuple(t.shape), t.stride(), t.storage_offset(), t.dtype, t.device, t.requires_grad)
 
 
-class _Unpickler(pickle.Unpickler):
-    def __init__(self, file: io.BytesIO, fake_mode: FakeTensorMode) -> None:
-        super().__init__(file)
+class _FakeTable:
+    """The fake tensors of one stored payload, made from their descriptions (the pickler's
+    ``fake_table``) when first asked for: number k is one object however often it is asked
+    for, and fakes that shared a storage share one again."""
+
+    def __init__(self, descriptions: list[tuple], fake_mode: FakeTensorMode) -> None:
+        self.descriptions = descriptions
         self.fake_mode = fake_mode
         self.storages: dict[int, torch.UntypedStorage] = {}
-        #: the fake tensors loaded so far, numbered as the pickler numbered them
-        self.fakes: list[FakeTensor] = []
+        self.made: list[FakeTensor | None] = [None] * len(descriptions)
 
-    def persistent_load(self, pid: Any) -> Any:
-        kind, *rest = pid
-        value = rest[0] if len(rest) == 1 else tuple(rest)
-        if kind == "N":
-            return _Ref(value)
-        if kind == "T":
-            self.fakes.append(self._fake(*value))
-            return self.fakes[-1]
-        if kind == "F":
-            return self.fakes[value]
-        if kind == "O":
-            name, _, overload = value.partition(".")
-            namespace, _, op = name.partition("::")
-            return getattr(getattr(getattr(torch.ops, namespace), op), overload or "default")
-        if kind == "P":
-            namespace, _, op = value.partition("::")
-            return getattr(getattr(torch.ops, namespace), op)
-        if kind == "V":
-            name, args = value
-            return getattr(_functionalization, name)(args)
-        if kind == "E":
-            return _functionalization.InverseReturnMode.__members__[value]
-        if kind == "M":
-            return sys.modules[value] if value in sys.modules else importlib.import_module(value)
-        raise pickle.UnpicklingError(f"unknown persistent id {kind!r}")
+    def get(self, number: int) -> FakeTensor:
+        fake = self.made[number]
+        if fake is None:
+            # made outside whatever the reader runs under (a dispatch or function mode, a
+            # fake mode of a compiler's, inference mode, a functorch transform): the value
+            # is the one the cold compile recorded, whoever reads it
+            with (
+                _disable_current_modes(), torch._C.DisableTorchFunction(), torch.inference_mode(False),
+                torch._C._DisableFuncTorch(),
+            ):
+                fake = self.made[number] = self._fake(*self.descriptions[number])
+        return fake
 
     def _fake(self, sid, nbytes, shape, stride, offset, dtype, device, requires_grad) -> FakeTensor:
         storage = self.storages.get(sid)
@@ -776,10 +776,198 @@ class _Unpickler(pickle.Unpickler):
         return fake
 
 
+class _FakeRef:
+    """Fake tensor number ``number`` inside a :class:`_Deferred` metadata value."""
+
+    __slots__ = ("number",)
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+
+    def __reduce__(self) -> tuple:
+        return (_FakeRef, (self.number,))
+
+
+class _Deferred:
+    """A node-metadata value holding fake tensors, stored as ``template``: the value with
+    each fake tensor replaced by a :class:`_FakeRef`. Made on first read (:class:`_LazyMeta`)."""
+
+    __slots__ = ("template",)
+
+    def __init__(self, template: Any) -> None:
+        self.template = template
+
+    def __reduce__(self) -> tuple:
+        return (_Deferred, (self.template,))
+
+
+#: the containers a deferred value is walked through (a fake tensor inside any other
+#: object is pickled with the object and made when the metadata is loaded)
+_IMMUTABLE_LIST = torch.fx.immutable_collections.immutable_list
+_IMMUTABLE_DICT = torch.fx.immutable_collections.immutable_dict
+
+
+def _deferring(value: Any, pickler: _Pickler) -> Any:
+    """``value`` with its fake tensors replaced by :class:`_FakeRef` objects, as a
+    :class:`_Deferred`; ``value`` itself where it holds none (in the walked containers)."""
+    found = False
+
+    def walk(x: Any) -> Any:
+        nonlocal found
+        t = type(x)
+        if t is FakeTensor:
+            found = True
+            return _FakeRef(pickler.fake_number(x))
+        if t is tuple or t is list or t is _IMMUTABLE_LIST:
+            return t(walk(y) for y in x)
+        if t is dict or t is _IMMUTABLE_DICT:
+            return t({k: walk(v) for k, v in x.items()})
+        return x
+
+    template = walk(value)
+    return _Deferred(template) if found else value
+
+
+def _made(template: Any, table: _FakeTable) -> Any:
+    """A :class:`_Deferred`'s template with its fake tensors made (:func:`_deferring` undone)."""
+    t = type(template)
+    if t is _FakeRef:
+        return table.get(template.number)
+    if t is tuple or t is list or t is _IMMUTABLE_LIST:
+        return t(_made(y, table) for y in template)
+    if t is dict or t is _IMMUTABLE_DICT:
+        return t({k: _made(v, table) for k, v in template.items()})
+    return template
+
+
+class _LazyMeta(dict):
+    """``node.meta`` of a graph loaded from the cache: a dict whose values holding fake
+    tensors (``meta["val"]``, mostly) are made when first read. A hit reads few of them (the
+    graphs' inputs and outputs); explain, a compiler that reads every node, a copy of the
+    graph read the rest, and get the values the cold compile recorded.
+
+    Invariant: every way of reading a value goes through :meth:`__getitem__` or first makes
+    them all (:meth:`_make_all`); ``__iter__`` is overridden only so that CPython's
+    ``dict(meta)``/``{**meta}``/``update(meta)`` take the path that reads through
+    ``keys()`` and ``__getitem__`` instead of the dict's storage. Copies (``copy``,
+    ``copy.copy``/``deepcopy``, pickling) are plain dicts."""
+
+    __slots__ = ("_table",)
+
+    def __init__(self, items: dict, table: _FakeTable) -> None:
+        dict.__init__(self, items)
+        self._table = table
+
+    def _make(self, key: Any, value: Any) -> Any:
+        if type(value) is _Deferred:
+            value = _made(value.template, self._table)
+            dict.__setitem__(self, key, value)
+        return value
+
+    def _make_all(self) -> None:
+        for key, value in list(dict.items(self)):
+            if type(value) is _Deferred:
+                self._make(key, value)
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._make(key, dict.__getitem__(self, key))
+
+    def __iter__(self):
+        return dict.__iter__(self)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return self[key] if key in self else default
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        if key in self:
+            return self[key]
+        dict.__setitem__(self, key, default)
+        return default
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        value = dict.pop(self, key, *default)
+        return _made(value.template, self._table) if type(value) is _Deferred else value
+
+    def popitem(self) -> tuple:
+        self._make_all()
+        return dict.popitem(self)
+
+    def items(self):
+        self._make_all()
+        return dict.items(self)
+
+    def values(self):
+        self._make_all()
+        return dict.values(self)
+
+    def copy(self) -> dict:
+        self._make_all()
+        return dict(dict.items(self))
+
+    __copy__ = copy
+
+    def __deepcopy__(self, memo: dict) -> dict:
+        return copy.deepcopy(self.copy(), memo)
+
+    def __reduce_ex__(self, protocol: Any) -> tuple:
+        return (dict, (self.copy(),))
+
+    def __eq__(self, other: Any) -> bool:
+        self._make_all()
+        return dict.__eq__(self, other)
+
+    def __ne__(self, other: Any) -> bool:
+        self._make_all()
+        return dict.__ne__(self, other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        self._make_all()
+        return dict.__repr__(self)
+
+    def __or__(self, other: Any) -> Any:
+        return self.copy() | other
+
+    def __ror__(self, other: Any) -> Any:
+        return other | self.copy()
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, file: io.BytesIO, fakes: _FakeTable) -> None:
+        super().__init__(file)
+        self.fakes = fakes
+
+    def persistent_load(self, pid: Any) -> Any:
+        kind, *rest = pid
+        value = rest[0] if len(rest) == 1 else tuple(rest)
+        if kind == "N":
+            return _Ref(value)
+        if kind == "F":
+            return self.fakes.get(value)
+        if kind == "O":
+            name, _, overload = value.partition(".")
+            namespace, _, op = name.partition("::")
+            return getattr(getattr(getattr(torch.ops, namespace), op), overload or "default")
+        if kind == "P":
+            namespace, _, op = value.partition("::")
+            return getattr(getattr(torch.ops, namespace), op)
+        if kind == "V":
+            name, args = value
+            return getattr(_functionalization, name)(args)
+        if kind == "E":
+            return _functionalization.InverseReturnMode.__members__[value]
+        if kind == "M":
+            return sys.modules[value] if value in sys.modules else importlib.import_module(value)
+        raise pickle.UnpicklingError(f"unknown persistent id {kind!r}")
+
+
 def _dumps_graphs(extra: Any, graphs: dict[str, torch.fx.GraphModule], with_code: bool = False) -> bytes:
     """``extra`` and the graphs: their nodes (op, name, target, args, kwargs, type) and, with
     ``with_code``, their Python code as generated from those nodes (:func:`_stored_code`),
-    then every node's and graph's metadata (fake values by metadata)."""
+    then every node's and graph's metadata; stored as (the fake tensors' descriptions, that
+    pickle). A node-metadata value holding fake tensors is stored :func:`_deferring` them
+    (made when read, :class:`_LazyMeta`)."""
     with io.BytesIO() as stream:
         pickler = _Pickler(stream)
         structure = {}
@@ -793,13 +981,13 @@ def _dumps_graphs(extra: Any, graphs: dict[str, torch.fx.GraphModule], with_code
                     raise Uncacheable(f"{node.op} {node.target} in a traced graph")
                 pickler.nodes[node] = len(pickler.nodes)
                 nodes.append((node.op, node.name, node.target, node.args, node.kwargs, node.type))
-                metas.append(node.meta)
+                metas.append({key: _deferring(value, pickler) for key, value in node.meta.items()})
             structure[name] = (type(gm).__name__, nodes, _stored_code(gm.graph) if with_code else None)
             metas.append(gm.meta)
         pickler.dump((extra, structure))
         pickler.in_meta = True
         pickler.dump(metas)
-        return stream.getvalue()
+        return pickle.dumps((pickler.fake_table, stream.getvalue()), protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def _resolve(x: Any, nodes: list[torch.fx.Node]) -> Any:
@@ -821,10 +1009,14 @@ def _resolve(x: Any, nodes: list[torch.fx.Node]) -> Any:
 
 
 def _loads_graphs(payload: bytes, fake_mode: FakeTensorMode) -> tuple[Any, dict[str, torch.fx.GraphModule]]:
-    with io.BytesIO(payload) as stream, warnings.catch_warnings():
+    """:func:`_dumps_graphs` undone: the fake tensors ``extra`` and the graphs' own metadata
+    hold are made now, those of node metadata when read (:class:`_LazyMeta`)."""
+    descriptions, pickled = pickle.loads(payload)
+    fakes = _FakeTable(descriptions, fake_mode)
+    with io.BytesIO(pickled) as stream, warnings.catch_warnings():
         # torch's TreeSpec unpickling warns about its own deprecated LeafSpec
         warnings.simplefilter("ignore", FutureWarning)
-        unpickler = _Unpickler(stream, fake_mode)
+        unpickler = _Unpickler(stream, fakes)
         extra, structure = unpickler.load()
         metas = iter(unpickler.load())
     nodes: list[torch.fx.Node] = []
@@ -835,7 +1027,10 @@ def _loads_graphs(payload: bytes, fake_mode: FakeTensorMode) -> tuple[Any, dict[
             node = graph.create_node(op, target, _resolve(args, nodes), _resolve(kwargs, nodes), node_name, type_)
             if node.name != node_name:
                 raise pickle.UnpicklingError(f"node {node_name} came back as {node.name}")
-            node.meta = next(metas)
+            meta = next(metas)
+            if any(type(value) is _Deferred for value in meta.values()):
+                meta = _LazyMeta(meta, fakes)
+            node.meta = meta
             nodes.append(node)
         gm = _graph_module(graph, class_name, code)
         gm.meta.update(next(metas))
