@@ -137,7 +137,8 @@ def _analyse_for_export(
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
     fake_inputs = [fake_mode.from_tensor(t) for t in call_inputs]
     program = layout.program_of(fn)
-    analysis = analyze(program, fake_inputs, fake_mode, grad_enabled=grad_enabled)
+    # (final: export makes no synthetic bases)
+    analysis = analyze(program, fake_inputs, fake_mode, grad_enabled=grad_enabled, final=True)
     md = analysis.metadata
     for i, info in enumerate(md.input_info):
         if id(call_inputs[i]) in repeated and (info.mutates_data or info.mutates_metadata):

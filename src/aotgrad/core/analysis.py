@@ -503,10 +503,13 @@ def analyze(
     fake_mode: FakeTensorMode,
     *,
     grad_enabled: bool,
+    final: bool = False,
 ) -> Analysis:
     """Run ``program(*fake_inputs)`` under functionalization and collect its metadata.
 
     ``program`` takes the graph inputs and returns ``(output leaves, output spec)``.
+    ``final``: the run over synthetic bases, after which no input is merged into one (so it
+    decides what an earlier run left to it: view_geometry's ``restrided_partial_storages``).
     Raises :class:`AotgradCompileError` (naming the user's line) when the program cannot be
     run on fake tensors, e.g. data-dependent control flow.
     """
@@ -536,7 +539,7 @@ def analyze(
         if isinstance(t, torch.Tensor) and t.requires_grad and t._base is not None and t._base.is_leaf
     )
     geometry = EagerViewGeometry(
-        [(f, t) for f, t in zip(f_inputs, fake_inputs) if isinstance(t, torch.Tensor)]
+        [(f, t) for f, t in zip(f_inputs, fake_inputs) if isinstance(t, torch.Tensor)], mergeable=not final
     )
     geometry.stale_uses = StaleViewUses()
     try:
@@ -614,7 +617,7 @@ def analyze(
                     # names other elements: a synthetic base keeps eager's storage
                     i in checks.storage_restrided and data and fake.requires_grad
                     and _maybe_nonzero(fake.storage_offset())
-                ),
+                ) or StorageWeakRef(f.untyped_storage()) in geometry.restrided_partial_storages,
                 sets_requires_grad=i in checks.inputs_set_requiring_grad,
                 detached_in_place=i in checks.detached_inputs,
                 relaid_out_under_no_grad=i in checks.used_after_no_grad_restride and fake._base is not None,

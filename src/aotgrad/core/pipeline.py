@@ -309,7 +309,7 @@ def _analyze_call(
     fake_inputs = [fake_mode.from_tensor(t) for t in graph_inputs]
     templates = {i: fake_call[i] for b in input_aliasing.bases for i in b.members}
     program = input_aliasing.wrap_program(program, templates)
-    base_analysis = analyze(program, fake_inputs, fake_mode, grad_enabled=grad_enabled)
+    base_analysis = analyze(program, fake_inputs, fake_mode, grad_enabled=grad_enabled, final=True)
     metadata = outputs_on_call_inputs(base_analysis.metadata, call_analysis.metadata)
     analysis = dataclasses.replace(base_analysis, metadata=metadata)
     return _AnalyzedCall(program, call_analysis, analysis, input_aliasing, graph_inputs, fake_inputs, fake_mode)

@@ -134,15 +134,22 @@ class Restrided(NamedTuple):
     #: functionalization's mutation counter of its storage then; a write through its
     #: ``as_strided`` is refused until the storage is written otherwise (the value replaced)
     unscatterable_at: int | None = None
+    #: the new layout addresses only elements of the input whose storage it is, as eager lays
+    #: that input out (a write the run over a synthetic base for it decides, see
+    #: ``EagerViewGeometry.restrided_partial_storages``; other elements of the caller's
+    #: storage would not get their gradient through it)
+    within_input: bool = False
 
 
 class EagerViewGeometry(TorchFunctionMode):
     """Shadows the inputs' (and their views') eager layout during the analysis run.
 
     ``inputs``: (functional input, the fake tensor it wraps, laid out as the caller's).
+    ``mergeable``: an input not laid out as its whole storage can still be merged into a
+    synthetic base (not in the run over synthetic bases).
     """
 
-    def __init__(self, inputs: list[tuple[FunctionalTensor, torch.Tensor]]) -> None:
+    def __init__(self, inputs: list[tuple[FunctionalTensor, torch.Tensor]], *, mergeable: bool = True) -> None:
         super().__init__()
         #: id(functional tensor) -> (the tensor, kept so its id stays its own; its shadow)
         self.shadows: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -178,6 +185,15 @@ class EagerViewGeometry(TorchFunctionMode):
         #: storage -> each view on it that ``as_strided_`` re-strided where a later write into
         #: the storage may not be exact (:meth:`_restride`)
         self.restrided: dict[StorageWeakRef, list[Restrided]] = {}
+        #: storages of the inputs that are not their caller's whole storage, where such an
+        #: input can still be merged into a synthetic base, to the input's shadow
+        self.partial_input_storages: dict[StorageWeakRef, torch.Tensor] = {}
+        #: of those, the ones written after a tensor on them was re-strided by ``as_strided_``
+        #: where the write was not exact in this run: the input is merged into a synthetic
+        #: base (``InputInfo.addresses_storage``), whose run decides (this run's values are
+        #: not used then; the run over the base, a graph input that is its whole storage,
+        #: refuses what is not exact there)
+        self.restrided_partial_storages: set[StorageWeakRef] = set()
         with _disable_current_modes():
             for f, fake in inputs:
                 storage = torch.empty(
@@ -186,6 +202,8 @@ class EagerViewGeometry(TorchFunctionMode):
                 self.shadows[id(f)] = (f, storage.as_strided(*_geometry(fake)))
                 if _covers_storage(fake):
                     self.covering_inputs.add(id(f))
+                elif mergeable:
+                    self.partial_input_storages.setdefault(StorageWeakRef(f.untyped_storage()), self.shadows[id(f)][1])
 
     def _as_strided_of_merged_input(self, name: str, args: tuple, kwargs: dict) -> tuple | None:
         """The arguments to run ``as_strided`` (out of place) of a re-laid-out input with in
@@ -461,9 +479,14 @@ class EagerViewGeometry(TorchFunctionMode):
         if type(v) is not FunctionalTensor or restrides_within(v, args[1:], kwargs):
             return None
         line = current_user_line()
+        owner = self.partial_input_storages.get(StorageWeakRef(v.untyped_storage()))
+        named = as_strided_geometry(v, args[1:], kwargs)
+        new_elements = _addressed(*named) if named is not None else None
+        own_elements = _addressed(*_geometry(owner)) if owner is not None else None
+        within = new_elements is not None and own_elements is not None and new_elements <= own_elements
         root = rebased_root(v, args[1:], kwargs)
         if root is not None:
-            return Restrided(line, root=root)
+            return Restrided(line, root=root, within_input=within)
         if v._base is None and not functionalization.get_view_meta_sequence(v.elem):
             if self._shadow(v) is None:
                 return None  # an intermediate: its own storage, no view on it to replay
@@ -473,7 +496,7 @@ class EagerViewGeometry(TorchFunctionMode):
                 # value, which keeps its layout through scatters
                 counter = None if _scatters_into(v) else torch._functionalize_mutation_counter(v.elem)
                 return Restrided(line, is_input=True, unscatterable_at=counter)
-        return Restrided(line)
+        return Restrided(line, within_input=within)
 
     def _check_restrided(self, name: str, written: FunctionalTensor | None, restrided: list[Restrided]) -> None:
         """Refuse a write (``name``, into ``written``) into a storage with a view re-strided by
@@ -484,6 +507,7 @@ class EagerViewGeometry(TorchFunctionMode):
         ``as_strided`` onto a value ``as_strided_scatter`` refuses (:func:`_scatters_into`)."""
         if not restrided:
             return
+        storage = StorageWeakRef(written.untyped_storage())
         through_as_strided = any(
             type(vm).__name__ in _AS_STRIDED_VIEW_METAS for vm in functionalization.get_view_meta_sequence(written.elem)
         )
@@ -499,6 +523,9 @@ class EagerViewGeometry(TorchFunctionMode):
                 not through_as_strided or entry.unscatterable_at is None
                 or entry.unscatterable_at != torch._functionalize_mutation_counter(written.elem)
             ):
+                continue
+            if entry.within_input and storage in self.partial_input_storages:
+                self.restrided_partial_storages.add(storage)
                 continue
             raise AotgradCompileError(
                 f"aotgrad: in-place {name} at {current_user_line()} writes into a storage with a "
@@ -820,6 +847,17 @@ def _past_functional_storage(args: tuple, kwargs: dict, shadow: torch.Tensor) ->
             return False
         end = (offset + sum((n - 1) * st for n, st in zip(size, stride)) + 1) * t.element_size()
         return t.untyped_storage().nbytes() < end <= shadow.untyped_storage().nbytes()
+
+
+def _addressed(size: tuple, stride: tuple, offset: Any) -> frozenset[int] | None:
+    """The storage offsets a static layout addresses; None where a value is symbolic or the
+    layout is too large to enumerate."""
+    if any(type(n) is not int for n in (*size, *stride, offset)) or math.prod(size) > 1 << 16:
+        return None
+    offsets = [offset]
+    for n, st in zip(size, stride):
+        offsets = [o + k * st for o in offsets for k in range(n)]
+    return frozenset(offsets)
 
 
 def _scatters_into(root: FunctionalTensor) -> bool:
