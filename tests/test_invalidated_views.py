@@ -189,3 +189,27 @@ def test_saved_multi_output_view_invalidated_by_a_metadata_op_on_another_input()
                 "args": [{"kind": "tensor", "base": 0, "expr": "x[1:]"}, {"kind": "tensor", "base": 0, "expr": "x"}]},
         seed=6,
     )
+
+
+#: in-place ops on the intermediate ``t0`` between the two views
+BETWEEN = {"unsqueeze_": "t0.unsqueeze_(-2)", "t_": "t0.t_()", "mul_": "t0.mul_(2)"}
+#: the view eager makes before the op (stale or invalidated by it)
+EARLIER = {"reshape": "t0.reshape(-1)", "unbind": "t0.unbind(0)[0]", "no_grad view": "NO_GRAD t0[0]"}
+
+
+@pytest.mark.parametrize("order", ["later first", "earlier first"])
+@pytest.mark.parametrize("earlier", sorted(EARLIER))
+@pytest.mark.parametrize("op", sorted(BETWEEN))
+def test_no_grad_view_made_after_the_op_that_invalidates_another(op, earlier, order):
+    """Was an error on the later view's grad_fn where eager's is a leaf without one (fuzz seed
+    1011341): the no_grad view eager made after the in-place op was rebuilt before the view
+    that op invalidated, whose rebuild moves the counter; the invalidated ones come first."""
+    made = EARLIER[earlier]
+    first = (f"with torch.no_grad():\n        e = {made[8:]}" if made.startswith("NO_GRAD ") else f"e = {made}")
+    ret = "return v, e" if order == "later first" else "return e, v"
+    check_case(
+        source=f"def f(a):\n    t0 = a * 2\n    {first}\n    {BETWEEN[op]}\n"
+        f"    with torch.no_grad():\n        v = t0.select(0, 0)\n    {ret}\n",
+        inputs={"bases": [{"shape": [2, 2], "dtype": "float32", "rg": True}], "args": [{"kind": "tensor", "base": 0, "expr": "x"}]},
+        seed=7,
+    )

@@ -251,7 +251,12 @@ class OutputBuilder:
             )
 
         after = {a[0] for a in aliases if self.detached_inputs and made_after_detach(a[0])}
-        self.aliases = tuple(sorted(aliases, key=lambda a: (a[0] in after, _build_depth(plan, a[0]))))
+        # invalidated views before the others of each depth: rebuilding one moves the version
+        # counter of its storage (_invalidated_view), which would invalidate a view eager made
+        # after its in-place op, rebuilt before it (a no_grad view then raises on grad_fn)
+        self.aliases = tuple(sorted(aliases, key=lambda a: (
+            a[0] in after, _build_depth(plan, a[0]), getattr(a[3], "invalidated", None) is None
+        )))
         #: how many of :attr:`aliases` are rebuilt before the detach
         self.before_detach = len(aliases) - len(after)
         #: forward-output positions of intermediate bases the program made new autograd leaves
