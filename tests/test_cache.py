@@ -509,3 +509,41 @@ def test_node_metadata_of_a_hit_is_made_when_read_and_equals_the_cold_compiles(t
     assert "val" in meta and len(meta) == len(node.meta)
     assert isinstance(meta.pop("val"), torch.Tensor) and "val" not in meta
 
+
+
+def test_hit_makes_fake_inputs_only_where_read_and_matches_eager(tmp_path, debug_log):
+    # a hit hands the forward compiler the primals the entry stores and fakes the call's
+    # inputs again only where read: a double backward's retrace, an input whose metadata
+    # the program changes; both still give eager's values and gradients
+    def double(x, w):
+        return (x.sin() * w).sum()
+
+    def relaid(x, w):
+        y = x * 1
+        w.t_()
+        return y.sum() + w.sum(), w
+
+    for fn in (double, relaid):
+        for attempt in ("cold", "hit"):
+            torch.manual_seed(0)
+            x = torch.randn(4, 3, requires_grad=True)
+            w0 = torch.randn(4, 3) if fn is relaid else torch.randn(4, 3, requires_grad=True)
+            w = w0.clone()
+            debug_log.clear()
+            f = aotgrad.aot_function(fn, compilers.nop, cache=tmp_path)
+            out = f(x, w)
+            assert _loads(debug_log) == (attempt == "hit")
+            ex = x.detach().clone().requires_grad_()
+            ew = w0.clone().requires_grad_(w0.requires_grad)
+            expected = fn(ex, ew)
+            if fn is double:
+                (g,) = torch.autograd.grad(out, x, create_graph=True)
+                (eg,) = torch.autograd.grad(expected, ex, create_graph=True)
+                torch.testing.assert_close(g, eg)
+                torch.testing.assert_close(torch.autograd.grad(g.sum(), x)[0], torch.autograd.grad(eg.sum(), ex)[0])
+            else:
+                out[0].backward()
+                expected[0].backward()
+                torch.testing.assert_close(x.grad, ex.grad)
+                assert w.shape == ew.shape and w.stride() == ew.stride()
+                torch.testing.assert_close(w, ew.detach())

@@ -73,7 +73,7 @@ __all__ = ["EntryStore", "StoredEntry", "Uncacheable", "cache_location", "evict"
 log = logging.getLogger("aotgrad")
 
 #: bump when the stored layout changes (the aotgrad source hash changes anyway)
-FORMAT = 4
+FORMAT = 5
 _MAGIC = b"AOTGRAD-CACHE-1\n"
 
 
@@ -646,6 +646,9 @@ class StoredEntry:
     #: per graph kind, what its compiler asked to keep (the ``cache_artifact`` of the
     #: compiled callable: plain values; pipeline._compile_graph hands it back)
     compiler_artifacts: dict[str, Any] = field(default_factory=dict)
+    #: the forward compiler's example inputs as the cold compile faked the call's inputs
+    #: (plain fake leaves, made from their stored descriptions), None where not stored
+    primals: list[Any] | None = None
 
     def fits(self, training: bool) -> bool:
         """Whether it holds the graphs an entry of this kind is built from."""
@@ -1066,7 +1069,9 @@ def _graph_module(graph: torch.fx.Graph, class_name: str, code: tuple | None) ->
         del graph.python_code
 
 
-def _dumps(analysis: Any, graphs: dict[str, torch.fx.GraphModule], artifacts: dict[str, Any]) -> bytes:
+def _dumps(
+    analysis: Any, graphs: dict[str, torch.fx.GraphModule], artifacts: dict[str, Any], primals: list[Any] | None,
+) -> bytes:
     joint = graphs.get("joint")
     main = {k: v for k, v in graphs.items() if k != "joint"}
     with warnings.catch_warnings():
@@ -1075,13 +1080,13 @@ def _dumps(analysis: Any, graphs: dict[str, torch.fx.GraphModule], artifacts: di
         warnings.simplefilter("ignore", FutureWarning)
         joint_payload = None if joint is None else _dumps_graphs(None, {"joint": joint})
         # (the joint is decoded only where someone reads it: its code is not stored)
-        return _dumps_graphs((analysis, joint_payload, artifacts), main, with_code=True)
+        return _dumps_graphs((analysis, joint_payload, artifacts, primals), main, with_code=True)
 
 
 def _loads(payload: bytes) -> StoredEntry:
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
-    (analysis, joint_payload, artifacts), graphs = _loads_graphs(payload, fake_mode)
-    return StoredEntry(analysis, graphs, fake_mode, joint_payload, artifacts)
+    (analysis, joint_payload, artifacts, primals), graphs = _loads_graphs(payload, fake_mode)
+    return StoredEntry(analysis, graphs, fake_mode, joint_payload, artifacts, primals)
 
 
 # --------------------------------------------------------------------------------------
@@ -1151,13 +1156,17 @@ class EntryStore:
         log.debug("aotgrad: %s loaded from cache %s", self.name, self.path)
         return stored
 
-    def save(self, analysis: Any, graphs: dict[str, torch.fx.GraphModule], artifacts: dict[str, Any]) -> None:
+    def save(
+        self, analysis: Any, graphs: dict[str, torch.fx.GraphModule], artifacts: dict[str, Any],
+        primals: list[Any] | None = None,
+    ) -> None:
         """Write the entry (``artifacts``: :attr:`StoredEntry.compiler_artifacts`; None values
-        are left out) (atomically: a temporary file in the same directory, then
-        ``os.replace``); an entry that cannot be stored is skipped, logged at DEBUG."""
+        are left out; ``primals``: :attr:`StoredEntry.primals`, fake leaves or None)
+        (atomically: a temporary file in the same directory, then ``os.replace``); an entry
+        that cannot be stored is skipped, logged at DEBUG."""
         try:
             _storable_analysis(analysis)
-            payload = _dumps(analysis, graphs, {k: v for k, v in artifacts.items() if v is not None})
+            payload = _dumps(analysis, graphs, {k: v for k, v in artifacts.items() if v is not None}, primals)
         except Exception as exc:  # noqa: BLE001 - Uncacheable, or a value pickle refuses
             log.debug("aotgrad: not caching %s: %s: %s", self.name, type(exc).__name__, exc)
             return
