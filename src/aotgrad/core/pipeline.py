@@ -33,7 +33,7 @@ from .aliasing import InputAliasing, outputs_on_call_inputs, plan_input_aliasing
 from .analysis import Analysis, analyze, reject_inplace_on_leaves
 from .cache import EntryStore, StoredEntry
 from .frontend import EntryGuard, InputLayout, layout_for
-from .higher_order import DifferentiableBackward
+from .higher_order import DifferentiableBackward, output_input_dependencies
 from .layout import eager_layouts, restriding
 from .metadata import OutputType, ViewAndMutationMetadata
 from .provenance import SourceMarks
@@ -452,6 +452,23 @@ def _stored_entry_primals(call: _AnalyzedCall, stored: StoredEntry) -> list[Any]
     return _primals(call.fake_inputs, call.fake_mode)
 
 
+def _grad_tangent_deps(
+    fw_module: torch.fx.GraphModule, bw_module: torch.fx.GraphModule, signature: GraphSignature
+) -> tuple[frozenset[int], ...]:
+    """Per gradient of a graph input (or new leaf), the tangents whose absence (autograd's
+    None) leaves it None (``BackwardSpec.grad_tangent_deps``): those the backward graph reads
+    for it, and those of the forward outputs eager's autograd records as functions of that
+    input. Eager's backward from such an output reaches the input with a tensor even where
+    the formula's value reads no incoming gradient (``pow(x, 0)``: zeros; fuzz seed 2015710)."""
+    n = signature.num_graph_inputs + signature.num_leaf_slots
+    read = grad_tangent_dependencies(bw_module)[:n]
+    recorded = output_input_dependencies(fw_module)
+    return tuple(
+        deps | frozenset(k for k, p in enumerate(signature.tangents) if i in recorded[p])
+        for i, deps in enumerate(read)
+    )
+
+
 def _compile_training(
     call: _AnalyzedCall, config: AotConfig, graphs: dict, grad_enabled: bool, name: str,
     stored: StoredEntry | None = None, anchored: bool = False,
@@ -522,7 +539,7 @@ def _compile_training(
         saved_inputs_to_clone=to_clone,
         saved_outputs_unversioned=unversioned,
         grads_laid_out_as_inputs=_grads_laid_out_as_inputs(md, call.input_aliasing),
-        grad_tangent_deps=grad_tangent_dependencies(bw_module)[: signature.num_graph_inputs + signature.num_leaf_slots],
+        grad_tangent_deps=_grad_tangent_deps(fw_module, bw_module, signature),
         differentiable=DifferentiableBackward(
             lambda: trace_joint(
                 call.program, call.analysis, call.fake_inputs, call.fake_mode, config.trace_decompositions,
