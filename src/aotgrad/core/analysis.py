@@ -258,6 +258,9 @@ class _EagerChecks(TorchFunctionMode):
         self.view_inputs: frozenset[int] = frozenset()
         #: graph inputs requiring grad that the program detaches in place → the user line
         self.detached_inputs: dict[int, str] = {}
+        #: id -> (the intermediate, its version then): intermediates (no inputs, no views) the
+        #: program detached in place while they required grad
+        self.detached_intermediates: dict[int, tuple[torch.Tensor, int]] = {}
         #: per graph input, its functional tensor's grad_fn before the program runs
         self.initial_grad_fns: list[Any] = []
         #: graph input detached in place → autograd's next node sequence number then
@@ -418,6 +421,11 @@ class _EagerChecks(TorchFunctionMode):
             raise RuntimeError(_LEAF_INPLACE)
         if name in _METADATA_INPLACE and args and torch.is_grad_enabled() and self._views_a_leaf(args[0]):
             raise RuntimeError(_VIEW_OF_LEAF_INPLACE)
+        if (
+            name == "detach_" and args and isinstance(args[0], FunctionalTensor) and args[0].requires_grad
+            and args[0]._base is None and id(args[0]) not in self.input_index
+        ):
+            self.detached_intermediates.setdefault(id(args[0]), (args[0], args[0]._version))
         if name == "detach_" and args and (i := self.input_index.get(id(args[0]))) is not None:
             if args[0].requires_grad:
                 self._detaches(i, args[0])
@@ -787,7 +795,10 @@ def analyze(
             kind, index = OutputType.alias_of_intermediate_save_as_output, len(base_sources)
             base_index_of[id(base)] = index
             base_sources.append(j)
-            base_requires_grad.append(base.requires_grad)
+            # a base detach_()ed after this view was taken: the view keeps its history, and
+            # the graph's base (the traced tensor before its detach_, tracing.IntermediateDetaches)
+            # carries it to the view's gradient (fuzz seed 1008110)
+            base_requires_grad.append(base.requires_grad or _keeps_history_through_detach(base, out_leaves, checks))
         view_geometry, base_geometry = _rebuilt_geometry(
             o, base, geometry, kind is OutputType.alias_of_intermediate_base_is_user_output
         )
@@ -1057,6 +1068,23 @@ def _subclass_structure(value: torch.Tensor) -> TensorStructure | None:
         return None
     coerce = getattr(value, "__coerce_tangent_metadata__", None)
     return TensorStructure.of(value if coerce is None else coerce())
+
+
+def _keeps_history_through_detach(base: torch.Tensor, out_leaves: list, checks: _EagerChecks) -> bool:
+    """``base``, an intermediate the outputs view, was ``detach_()``ed after they were taken
+    and not written since, and every output viewing it requires grad (no new leaf, no view
+    taken after the detach), and it is no output itself: the graph returns it as it was
+    before the detach (``tracing.IntermediateDetaches``), requiring grad, so the views
+    rebuilt off it keep their history, as eager's did (fuzz seed 1008110)."""
+    entry = checks.detached_intermediates.get(id(base))
+    if entry is None or entry[0] is not base or base._version != entry[1]:
+        return False
+    views = [t for t in out_leaves if isinstance(t, torch.Tensor) and t._base is base]
+    return (
+        not any(t is base for t in out_leaves)
+        and all(t.requires_grad for t in views)
+        and not any(t is leaf for t in views for leaf, _ in checks.new_leaves)
+    )
 
 
 def _through_custom_function(o: torch.Tensor, root: torch.Tensor, modes: tuple[Any, ...]) -> bool:

@@ -112,11 +112,14 @@ def _functional_forward(
         relayouts = RecordedRelayouts({id(inputs[i]) for i in relaid}) if (
             relaid and protect_mutated_inputs
         ) else contextlib.nullcontext()
-        with detaches, relayouts:
+        kept = IntermediateDetaches() if protect_mutated_inputs else contextlib.nullcontext()
+        with detaches, relayouts, kept:
             out_leaves, _ = program(*inputs)
         for i, (size, stride, offset) in entry_geometry.items():
             originals[i] = _in_geometry(inputs[i], size, stride, offset)
         bases = [out_leaves[j]._base for j in analysis.intermediate_base_sources]
+        if isinstance(kept, IntermediateDetaches):
+            bases = [kept.before_detach(b) for b in bases]
         if any(b is None for b in bases):
             raise AotgradCompileError(
                 "aotgrad internal error: an output that aliased an intermediate in the analysis "
@@ -505,6 +508,30 @@ class InPlaceDetaches(TorchFunctionMode):
             if not value and args[0].requires_grad:
                 args[0].detach_()
                 return None if func is not torch._C.TensorBase.requires_grad_ else args[0]
+        return func(*args, **kwargs)
+
+
+class IntermediateDetaches(TorchFunctionMode):
+    """While the joint's program runs: before its ``detach_()`` of an intermediate that
+    requires grad (no view, no input), an alias of it keeps its history. Eager's views of it
+    taken before keep theirs; where one is an output rebuilt off the intermediate as its base
+    (``intermediate_base_requires_grad``), the graph returns the alias as that base, so the
+    view's gradient reaches what the intermediate was computed from."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._kept: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def before_detach(self, t: Any) -> Any:
+        """The alias kept of ``t`` before its ``detach_()``, else ``t``."""
+        entry = self._kept.get(id(t))
+        return entry[1] if entry is not None and entry[0] is t else t
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func is torch.Tensor.detach_ and args and args[0].requires_grad and args[0]._base is None:
+            with torch.enable_grad():
+                self._kept.setdefault(id(args[0]), (args[0], torch.ops.aten.alias.default(args[0])))
         return func(*args, **kwargs)
 
 
