@@ -1169,20 +1169,17 @@ def _without_grad_fn(o: FunctionalTensor, modes: tuple[Any, ...]) -> bool:
 
 def _multi_output_step(o: FunctionalTensor) -> tuple | None:
     """``(op, output index, op args)`` of the multi-output op that made the view ``o`` (its
-    chain's last step), from functionalization's record; None for another last step,
-    symbolic arguments, or a ``split`` re-strided in place since. The runtime makes eager's invalidated view with that op, so
-    autograd's error names it as eager's does (``Output 1 of Split``)."""
+    chain's last step), from functionalization's record; None for another last step or
+    symbolic arguments. The runtime makes eager's invalidated view with that op, so
+    autograd's error names it as eager's does (``Output 1 of Split``); for one re-strided in
+    place since, with arguments that give its new geometry (``runtime._multi_output_view``)."""
     seq = list(functionalization.get_view_meta_sequence(o.elem))
     # in-place metadata ops after it (``t__ViewMeta``, ``squeeze__dim_ViewMeta``; under
     # no_grad, where eager allows them) change the geometry, not the view's grad_fn
-    restrided = False
     while seq and "__" in type(seq[-1]).__name__[1:]:
         seq.pop()
-        restrided = True
     if not seq or seq[-1].has_symbolic_inputs or (op := _MULTI_OUTPUT_VIEW_METAS.get(type(seq[-1]).__name__)) is None:
         return None
-    if restrided and op != "unbind":
-        return None  # split's arguments name the geometry before the in-place op
     # (has symbolic inputs, output index, is multi-output, inverse mode, *the op's arguments)
     fields = seq[-1].as_tuple()
     args = tuple(tuple(a) if isinstance(a, list) else a for a in fields[4:])

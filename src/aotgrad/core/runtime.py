@@ -126,11 +126,36 @@ def _multi_output_view(base: torch.Tensor, info: OutputInfo, geometry: tuple | N
         chunks, dim = args
         sizes = list(chunks[:n]) + [size[dim]]
     dim %= len(size)
+    out = _split_output(base, op, n, sizes, dim, size, stride, offset)
+    if out is None:
+        # the view was re-strided in place since (t_ under no_grad): the op's arguments name
+        # its geometry before; any split whose output ``n`` has the view's geometry names the
+        # same op and output in autograd's error
+        # (split_with_sizes: empty chunks before it, so it starts at the view's own offset)
+        for d in range(len(size)):
+            if (d != dim or op == "split_with_sizes") and size[d] > 0:
+                chunks = [0] * n if op == "split_with_sizes" else [size[d]] * n
+                out = _split_output(base, op, n, chunks + [size[d]], d, size, stride, offset)
+                if out is not None:
+                    break
+    return out
+
+
+def _split_output(base, op: str, n: int, sizes: list, dim: int, size: list, stride: list, offset: int):
+    """Output ``n`` of ``op`` (``split``/``split_with_sizes``, chunk ``sizes`` along ``dim``)
+    of an ``as_strided`` of ``base`` placed so that it has the geometry (``size``, ``stride``,
+    ``offset``); None where that needs memory outside ``base``'s storage, or gives another
+    geometry."""
     start = offset - sum(sizes[:-1]) * stride[dim]
-    if start < 0:
+    whole_size = size[:dim] + [sum(sizes)] + size[dim + 1:]
+    end = start + sum((k - 1) * st for k, st in zip(whole_size, stride) if k > 0)
+    if start < 0 or min(whole_size) > 0 and end * base.element_size() >= base.untyped_storage().nbytes():
         return None
-    whole = base.as_strided(size[:dim] + [sum(sizes)] + size[dim + 1:], stride, start)
-    return whole.split_with_sizes(sizes, dim)[n] if op == "split_with_sizes" else whole.split(sizes[0] if n else size[dim], dim)[n]
+    whole = base.as_strided(whole_size, stride, start)
+    out = whole.split_with_sizes(sizes, dim)[n] if op == "split_with_sizes" else whole.split(sizes[0] if n else size[dim], dim)[n]
+    if (list(out.shape), list(out.stride()), out.storage_offset()) != (size, stride, offset):
+        return None
+    return out
 
 
 def _regenerate(base: torch.Tensor, info: OutputInfo, geometry: tuple | None) -> torch.Tensor:
