@@ -132,3 +132,28 @@ def test_overlapping_restride_of_detached_alias_with_history(restride, history):
         return RESTRIDE[restride](t0), t0.sum()
 
     check(f, lambda: (torch.randn(3, 2, requires_grad=True),))
+
+
+NO_GRAD_VIEWS = {
+    "reshape": lambda t: t.reshape(-1),
+    "t": lambda t: t.t(),
+    "select": lambda t: t[0],
+    "as_strided": lambda t: t.as_strided((2,), (1,), 1),
+}
+
+
+@pytest.mark.parametrize("history", sorted(HISTORY))
+@pytest.mark.parametrize("view", sorted(NO_GRAD_VIEWS))
+def test_no_grad_view_of_detached_alias_with_history(view, history):
+    """``t1 = a.detach(); t1.add_(a); with no_grad: t4 = t1.reshape(2)``: eager's ``t4``
+    requires grad (its base does) without a grad_fn, and a backward from it raises; rebuilt
+    off ``a.detach()`` it did not require grad (fuzz seed 2017300)."""
+
+    def f(a):
+        t1 = a.detach()
+        HISTORY[history](t1, a)
+        with torch.no_grad():
+            t4 = NO_GRAD_VIEWS[view](t1)
+        return t4, a * 2
+
+    check(f, lambda: (torch.randn(2, 3, requires_grad=True),))

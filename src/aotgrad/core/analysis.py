@@ -934,10 +934,9 @@ def _mark_new_leaves(
     """Outputs (``OutputInfo.new_leaf``) and intermediate bases that eager made require grad
     with ``requires_grad_()`` inside the program, where the runtime must make them so: the
     autograd.Function around the graph does not (a new leaf is no graph output it
-    differentiates), and a view rebuilt off a base that does not require grad would not."""
+    differentiates), and a view rebuilt off a base that does not require grad would not;
+    also a view eager made under no_grad of such a base that requires grad, without history."""
     base_new_leaf = [id(b) in new_leaves for b in bases]
-    if not new_leaves:
-        return output_info, base_new_leaf
     marked = []
     for j, info in enumerate(output_info):
         o = out_leaves[j]
@@ -945,7 +944,12 @@ def _mark_new_leaves(
         if info.output_type is not OutputType.non_tensor and info.requires_grad:
             if id(o) in new_leaves:
                 kind = 1
-            elif info.is_alias and not _rebuilt_requiring_grad(info, output_info, bases, base_new_leaf, input_info):
+            elif info.is_alias and info.no_grad_view and info.invalidated is None:
+                # a view eager made under no_grad of a base requiring grad requires grad
+                # without a grad_fn; the rebuilt one may not, where its chain passes a
+                # detach()ed input alias that an in-place op gave a history
+                kind = 3
+            elif new_leaves and info.is_alias and not _rebuilt_requiring_grad(info, output_info, bases, base_new_leaf, input_info):
                 kind = 2
         marked.append(dataclasses.replace(info, new_leaf=kind) if kind else info)
     return marked, base_new_leaf

@@ -158,7 +158,10 @@ class OutputInfo:
     #: program on a tensor without autograd history: 1, the output is that new autograd
     #: leaf (the runtime makes its value a leaf requiring grad); 2, an autograd view of
     #: such a leaf that the program does not return (rebuilt off its base, then made a
-    #: leaf requiring grad and viewed once more, so that it has a grad_fn as in eager)
+    #: leaf requiring grad and viewed once more, so that it has a grad_fn as in eager); 3,
+    #: a view eager made under no_grad of a base requiring grad (requires grad, no grad_fn,
+    #: a backward from it raises) that the rebuilt view is not (its chain passes a
+    #: ``detach()``ed input alias an in-place op gave a history): made so off a fresh leaf
     new_leaf: int = 0
     #: a ``non_alias`` output that a custom ``autograd.Function`` returned as (a view of) an
     #: input: the graph returns it as a view and it stays one (the Function around the graph

@@ -502,9 +502,17 @@ def _alias_requiring_grad(out: torch.Tensor, kind: int) -> torch.Tensor:
     """An aliased output rebuilt off a base that does not require grad, where eager's
     requires grad through ``requires_grad_()`` in the program (``OutputInfo.new_leaf``): 1,
     eager's output is that new leaf; 2, an autograd view of such a leaf (which the program
-    does not return): made a leaf, then viewed once more to have a grad_fn, as eager's."""
+    does not return): made a leaf, then viewed once more to have a grad_fn, as eager's; 3,
+    eager's is a view made under no_grad of a base requiring grad."""
     if out.requires_grad:
         return out
+    if kind == 3 and (out._base is None or out._base.dtype == out.dtype):
+        # a view made under no_grad of a leaf requiring grad: requires grad, no grad_fn,
+        # and a backward from it raises, as from eager's no_grad view (a fresh leaf: the
+        # caller's tensors are left as they are)
+        root = (out if out._base is None else out._base).detach().requires_grad_(True)
+        with torch.no_grad():
+            return root.as_strided(out.shape, out.stride(), out.storage_offset())
     if not out.is_leaf:  # (cannot be: a tensor that does not require grad has no history)
         out = out.detach()
     out.requires_grad_(True)
