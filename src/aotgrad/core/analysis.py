@@ -383,6 +383,31 @@ class _EagerChecks(TorchFunctionMode):
             )
         return seen
 
+    def _refuse_history_after_detach(self, name: str, args: tuple, kwargs: dict) -> None:
+        """An in-place write autograd records, with an operand requiring grad, into an input
+        (or a view of one) the program detached in place before: eager's input gets a history
+        again (requires grad, no leaf); the runtime detaches the caller's tensor after the
+        call, so it would end a leaf that does not require grad (fuzz seeds 1007411, 2000502,
+        2003658, 2005331)."""
+        written = kwargs.get("out")
+        if written is None and _is_write(name) and name not in _METADATA_INPLACE and name not in _NOT_WRITING_INPLACE:
+            written = args[0]
+        if not isinstance(written, FunctionalTensor):
+            return
+        k = self.input_index.get(id(written))
+        if k is None and written._base is not None:
+            k = self.input_index.get(id(written._base))
+        if k not in self.detached_inputs:
+            return
+        operands = pytree.tree_leaves((args[1:] if written is args[0] else args, kwargs))
+        if any(isinstance(t, torch.Tensor) and t is not written and t.requires_grad for t in operands):
+            raise AotgradCompileError(
+                f"aotgrad: in-place {name} at {current_user_line()} writes an operand that requires grad "
+                f"into input {k}, which the program detached in place before ({self.detached_inputs[k]}): "
+                "eager's input gets an autograd history again; this is not supported. Use "
+                "x.detach() (out of place) inside the function, or detach the input before calling it."
+            )
+
     def _leaf_uses(self, args: tuple) -> list[tuple[int, tuple]]:
         """(graph input, its shape) of each leaf input requiring grad among ``args`` (or in
         a list of them) whose first recorded use this may be (``grad_accumulator_shapes``)."""
@@ -426,6 +451,8 @@ class _EagerChecks(TorchFunctionMode):
             and args[0]._base is None and id(args[0]) not in self.input_index
         ):
             self.detached_intermediates.setdefault(id(args[0]), (args[0], args[0]._version))
+        if self.detached_inputs and args and torch.is_grad_enabled():
+            self._refuse_history_after_detach(name, args, kwargs)
         if name == "detach_" and args and (i := self.input_index.get(id(args[0]))) is not None:
             if args[0].requires_grad:
                 self._detaches(i, args[0])
