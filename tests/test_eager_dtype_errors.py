@@ -8,6 +8,7 @@ returned values where eager raised at the call. Ops eager allows on the same dty
 from __future__ import annotations
 
 import pytest
+import torch
 
 from tests.fuzz.harness import check_case
 
@@ -83,3 +84,27 @@ def f(a, b, c, d):
 ''',
         inputs={'bases': [{'shape': [1, 4, 1], 'dtype': 'float32', 'rg': False}, {'shape': [], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'same', 'arg': 0}, {'kind': 'tensor', 'base': 1, 'expr': 'x'}, {'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
     )
+
+
+def test_collectives_are_not_run_on_small_tensors():
+    """A collective on an integer tensor is never run by the dtype check: run on one rank's
+    small tensors alone, it would wait for the other ranks (or talk to them out of turn)."""
+    import torch.distributed._functional_collectives as fc
+
+    from aotgrad.core.kernel_checks import raise_eager_dtype_error
+
+    calls = []
+
+    def all_reduce(t, op, group):  # stands in for the collective: records being run
+        calls.append(t)
+        return t
+
+    ints = torch.ones(3, dtype=torch.int64)
+    for module in (fc.all_reduce.__module__, torch.ops._c10d_functional.all_reduce.__module__,
+                   torch.distributed.all_reduce.__module__):
+        all_reduce.__module__ = module
+        raise_eager_dtype_error(all_reduce, (ints, "sum", "0"), {})
+    assert calls == []
+    all_reduce.__module__ = "torch"
+    raise_eager_dtype_error(all_reduce, (ints, "sum", "0"), {})
+    assert len(calls) == 1  # (the check does run other ops on integer tensors)

@@ -49,6 +49,9 @@ def raise_eager_dtype_error(func: Any, args: tuple, kwargs: dict) -> None:
     name = getattr(func, "__name__", "")
     if name in _NOT_KERNELS:
         return
+    module = getattr(func, "__module__", None) or ""
+    if "distributed" in module or "c10d" in module:
+        return  # a collective: run on this rank's small tensors alone, it would wait for the others
     leaves = pytree.tree_leaves((args, kwargs))
     with torch._C.DisableTorchFunction():
         tensors = [t for t in leaves if isinstance(t, torch.Tensor)]
