@@ -48,11 +48,8 @@ KNOWN: dict[str, list[str]] = {
     # --- wrong metadata: aliasing, requires_grad, strides, grad layout
     "backward.baseN.grad.stride": ["test_backward_of_mutated_input_not_traced_unless_needed", "test_grad_strides_of_permuted_input_with_no_grad_metadata_mutation", "test_grad_strides_of_where_on_transposed_input"],
     # --- views invalidated by a later in-place op: eager raises on use, aotgrad rebuilds them
-    "backward: eager raised, impl did not: RuntimeError: Output N of": ["test_view_of_no_grad_view_invalidated_by_unsqueeze__of_input"],
-    "backward: eager raised, impl did not: RuntimeError: A view was created in no_grad mode and its base": ["test_backward_through_no_grad_view_of_input_mutated_later"],
     # --- raising where eager does not: views replayed against a base whose metadata changed since
     "call: impl raised, eager did not: RuntimeError: The expanded size": ["test_expand_view_replayed_after_base_t_"],
-    "backward: impl raised, eager did not: RuntimeError: Function CompiledFunctionBackward returned an in": ["test_grad_shape_of_leaf_unsqueezed_under_no_grad"],
     "call: impl raised, eager did not: AotgradCompileError: aotgrad could not trace": ["test_no_grad_inplace_through_as_strided_of_diagonal_input"],
     # --- raising where eager does not: detach() aliases of grad-requiring inputs treated as requiring grad
     # --- raising where eager does not: detach_() / in-place on leaves and their views

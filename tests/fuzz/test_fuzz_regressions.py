@@ -929,7 +929,6 @@ def f(a, b):
     )
 
 
-@XFAIL("backward raises 'Function CompiledFunctionBackward returned an invalid gradient' where eager's .grad has shape (1, 1) (was: .grad shape (1,))")
 def test_grad_shape_of_leaf_unsqueezed_under_no_grad():
     """A one-element leaf unsqueezed in place under no_grad, then a * 2 returned: eager's a.grad has the new shape (1, 1)."""
     check_case(
@@ -1063,7 +1062,6 @@ def f(a):
     )
 
 
-@XFAIL("aotgrad's backward succeeds")
 def test_backward_through_no_grad_view_of_input_mutated_later():
     """t0 = a.view(1) under no_grad, t5 = t0.cos(), then a.add_(...) with grad on: eager's backward raises 'A view was created in no_grad mode and its base ... has been modified inplace'."""
     check_case(
@@ -1374,7 +1372,6 @@ def f(a):
     )
 
 
-@XFAIL("aotgrad's backward succeeds: a view of a no_grad view of the input, invalidated by a later (metadata) in-place op on the input")
 def test_view_of_no_grad_view_invalidated_by_unsqueeze__of_input():
     """t3 = a.unbind(1)[1] under no_grad, t4 = t3[-2], then a.unsqueeze_(3) with grad on: eager's backward through t4 raises 'Output 0 of Select is a view of a view which was created in no_grad mode ...'."""
     check_case(

@@ -276,6 +276,11 @@ class _EagerChecks(TorchFunctionMode):
         #: it gets against that shape while it lives (an in-place metadata op under no_grad
         #: may change the input's shape after)
         self.grad_accumulator_shapes: dict[int, tuple] = {}
+        #: leaf graph input requiring grad → (size, stride, storage offset) of each distinct
+        #: layout it has at an op that records a use of it (keyed by its repr), with the
+        #: user line of the first such op: eager's gradient for the leaf is the sum of each
+        #: use's gradient, indexed as the leaf was laid out at that use
+        self.leaf_use_geometries: dict[int, dict[str, tuple[tuple, str]]] = {}
 
     def _requires_grad(self, func: Any, args: tuple, kwargs: dict) -> Any:
         """``t.requires_grad_(value)`` / ``t.requires_grad = value``: recorded (an input the
@@ -409,15 +414,16 @@ class _EagerChecks(TorchFunctionMode):
             )
 
     def _leaf_uses(self, args: tuple) -> list[tuple[int, tuple]]:
-        """(graph input, its shape) of each leaf input requiring grad among ``args`` (or in
-        a list of them) whose first recorded use this may be (``grad_accumulator_shapes``)."""
+        """(graph input, its (size, stride, storage offset)) of each leaf input requiring
+        grad among ``args`` (or in a list of them): a use autograd records where the op's
+        result gets a grad_fn (``grad_accumulator_shapes``, ``leaf_use_geometries``)."""
         uses = []
         for a in args:
             for t in a if isinstance(a, (list, tuple)) else (a,):
                 if isinstance(t, FunctionalTensor) and id(t) in self.leaf_inputs and t.requires_grad:
                     i = self.input_index.get(id(t))
-                    if i is not None and i not in self.grad_accumulator_shapes:
-                        uses.append((i, tuple(t.shape)))
+                    if i is not None:
+                        uses.append((i, (tuple(t.shape), tuple(t.stride()), t.storage_offset())))
         return uses
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -425,8 +431,9 @@ class _EagerChecks(TorchFunctionMode):
         out = self._checked_call(func, types, args, kwargs)
         if uses and any(isinstance(o, torch.Tensor) and o.grad_fn is not None for o in pytree.tree_leaves(out)):
             # autograd recorded the op: its node has an edge to each input's AccumulateGrad
-            for i, shape in uses:
-                self.grad_accumulator_shapes.setdefault(i, shape)
+            for i, geometry in uses:
+                self.grad_accumulator_shapes.setdefault(i, geometry[0])
+                self.leaf_use_geometries.setdefault(i, {}).setdefault(repr(geometry), (geometry, current_user_line()))
         return out
 
     def _checked_call(self, func, types, args=(), kwargs=None):
@@ -658,6 +665,7 @@ def analyze(
                 relaid_out_under_no_grad=i in checks.used_after_no_grad_restride and fake._base is not None,
                 grad_accumulator_made=meta and i in checks.grad_accumulator_shapes,
                 grad_accumulator_shape=_grad_accumulator_shape(checks, i, fake) if meta else None,
+                grad_layout_at_use=_grad_layout_at_use(checks, i, fake) if meta else None,
             )
         )
         input_storages.setdefault(StorageWeakRef(f.untyped_storage()), i)
@@ -912,6 +920,45 @@ def _grad_accumulator_shape(checks: _EagerChecks, i: int, fake: torch.Tensor) ->
             "not supported. Use dynamic=False."
         )
     return shape
+
+
+def _grad_layout_at_use(checks: _EagerChecks, i: int, fake: torch.Tensor) -> tuple[Geometry, Geometry] | None:
+    """``InputInfo.grad_layout_at_use`` of graph input ``i`` (``fake``), whose metadata the
+    program changes: (entry geometry, use geometry) where the program uses the leaf with
+    grad recording in one layout only and that is not its entry layout (``a.t_()`` under
+    no_grad, then ``a * w``). The use layout then addresses the entry's elements, each once
+    (``SAME_ELEMENTS_INPLACE`` ops; ``tracing.RecordedRelayouts`` records them in the joint).
+    Raises where eager's gradient is not a relayout of the gradient for the entry layout:
+    uses in two layouts of one shape (eager adds their gradients index by index), a layout
+    made by ``as_strided_``. Uses in layouts of different shapes are left to eager's
+    accumulator check (``grad_accumulator_shape``)."""
+    uses = list(checks.leaf_use_geometries.get(i, {}).values())
+    entry = (tuple(fake.shape), tuple(fake.stride()), fake.storage_offset())
+    if not uses or all(repr(g) == repr(entry) for g, _ in uses):
+        return None
+    if holds_sym(entry) or any(holds_sym(g) for g, _ in uses):
+        raise AotgradCompileError(
+            f"aotgrad: input {i}, a leaf that requires grad, is used with grad recording at {uses[0][1]} "
+            "in a layout other than its entry layout after an in-place metadata op, with symbolic "
+            "sizes; this is not supported. Use dynamic=False."
+        )
+    if len(uses) > 1:
+        if len({g[0] for g, _ in uses}) > 1:
+            return None
+        raise AotgradCompileError(
+            f"aotgrad: input {i}, a leaf that requires grad, is used with grad recording in "
+            f"{len(uses)} layouts of one shape ({uses[0][1]} and {uses[1][1]}; an in-place metadata "
+            "op under no_grad between them): eager adds the uses' gradients index by index, which a "
+            "gradient for the input itself cannot express. Change the layout outside the function."
+        )
+    use, line = uses[0]
+    if i in checks.as_strided_inputs:
+        raise AotgradCompileError(
+            f"aotgrad: input {i}, a leaf that requires grad, is re-strided by as_strided_ under "
+            f"no_grad and then used with grad recording at {line} in its new layout; this is not "
+            "supported. Re-stride it outside the function, or use as_strided (not in place)."
+        )
+    return entry, use
 
 
 def _detached_non_leaves(checks: _EagerChecks, fake_inputs: list[Any]) -> dict[int, int]:

@@ -109,6 +109,11 @@ class InputInfo:
     #: the forward, with ``grad_accumulator_shape`` (None: the entry shape)
     grad_accumulator_made: bool = False
     grad_accumulator_shape: tuple[int, ...] | None = None
+    #: (entry, use) geometries (size, stride, storage offset) of a leaf requiring grad that
+    #: the program re-lays out under no_grad and then uses with grad recording in that one
+    #: layout: eager's gradient for it is indexed as at the use, so the compiled backward's
+    #: gradient for the entry layout is laid out again (``runtime._in_use_layout``)
+    grad_layout_at_use: tuple[tuple, tuple] | None = None
 
     @property
     def mutated(self) -> bool:

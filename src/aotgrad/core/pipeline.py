@@ -539,6 +539,9 @@ def _compile_training(
         saved_inputs_to_clone=to_clone,
         saved_outputs_unversioned=unversioned,
         grads_laid_out_as_inputs=_grads_laid_out_as_inputs(md, call.input_aliasing),
+        grads_in_use_layout=() if call.input_aliasing is not None else tuple(
+            (i, *info.grad_layout_at_use) for i, info in enumerate(md.input_info) if info.grad_layout_at_use
+        ),
         grad_tangent_deps=_grad_tangent_deps(fw_module, bw_module, signature),
         differentiable=DifferentiableBackward(
             lambda: trace_joint(

@@ -680,6 +680,9 @@ class BackwardSpec:
     #: graph inputs whose gradient eager lays out as the input itself (see
     #: :func:`_as_input_in_size1_dims`): autograd views whose data the program writes
     grads_laid_out_as_inputs: tuple[int, ...] = ()
+    #: (graph input, entry geometry, use geometry) of each leaf whose gradient eager indexes
+    #: as the program laid the leaf out when it used it (``InputInfo.grad_layout_at_use``)
+    grads_in_use_layout: tuple[tuple[int, tuple, tuple], ...] = ()
 
 
 def _make_function(
@@ -713,6 +716,7 @@ def _make_function(
     num_grads = signature.num_graph_inputs
     num_slots = signature.num_leaf_slots
     as_inputs = spec.grads_laid_out_as_inputs
+    in_use_layout = spec.grads_in_use_layout
 
     # A symbolic entry's tangent shapes are read off each call's forward outputs.
     symbolic_tangents = any(holds_sym(shape) for shape, _, _ in tangent_meta)
@@ -803,6 +807,10 @@ def _make_function(
                 grads = list(grads)
                 for i, stride in zip(as_inputs, ctx.input_strides, strict=True):
                     grads[i] = _as_input_in_size1_dims(grads[i], stride)
+            if in_use_layout:
+                grads = list(grads)
+                for i, entry, use in in_use_layout:
+                    grads[i] = _in_use_layout(grads[i], entry, use)
             if missing:
                 # As in eager, an input reached only from outputs that got no gradient gets
                 # None, not zeros.
@@ -813,6 +821,26 @@ def _make_function(
             return (*grads, *no_grads)
 
     return CompiledFunction
+
+
+def _in_use_layout(grad: torch.Tensor | None, entry: tuple, use: tuple) -> torch.Tensor | None:
+    """``grad``, the gradient for a leaf laid out as ``entry`` (size, stride, storage
+    offset), indexed instead as the leaf was laid out at the program's uses, ``use``: each
+    element the gradient of the storage location ``use`` addresses there (a fresh
+    contiguous tensor; differentiable). ``use`` addresses each location once, each one
+    ``entry`` addresses (``analysis._grad_layout_at_use``)."""
+    if grad is None:
+        return None
+    (size0, stride0, offset0), (size1, stride1, offset1) = entry, use
+    if 0 in size1:
+        return grad.new_zeros(size1)
+    end = max(
+        offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1
+        for size, stride, offset in (entry, use) if 0 not in size
+    )
+    locations = grad.new_zeros(end)
+    locations.as_strided(size0, stride0, offset0).copy_(grad)
+    return locations.as_strided(size1, stride1, offset1).clone(memory_format=torch.contiguous_format)
 
 
 def _as_input_in_size1_dims(grad: torch.Tensor | None, stride: tuple[int, ...] | None) -> torch.Tensor | None:

@@ -81,6 +81,7 @@ def _functional_forward(
                 )
                 if protect_mutated_inputs and (
                     info.mutates_data or info.detached_in_place or info.relaid_out_under_no_grad
+                    or info.grad_layout_at_use is not None
                 ) and x.requires_grad:
                     inputs[i] = _clone_keeping_strides(x)
                     if not info.mutates_data:
@@ -108,7 +109,12 @@ def _functional_forward(
         detaches = InPlaceDetaches({id(inputs[i]) for i in md.detached_in_place}) if (
             md.detached_in_place or signature.mutated_inputs
         ) else contextlib.nullcontext()
-        relaid = [i for i, x in enumerate(md.input_info) if x.relaid_out_under_no_grad]
+        # (a leaf used in its new layout: the recorded relayout takes the gradient back to
+        # the entry layout, which the runtime lays out as at the use, as eager's is)
+        relaid = [
+            i for i, x in enumerate(md.input_info)
+            if x.relaid_out_under_no_grad or x.grad_layout_at_use is not None
+        ]
         relayouts = RecordedRelayouts({id(inputs[i]) for i in relaid}) if (
             relaid and protect_mutated_inputs
         ) else contextlib.nullcontext()

@@ -1,0 +1,120 @@
+"""A leaf input re-laid out in place under no_grad (``a.t_()``, ``a.unsqueeze_(0)``,
+``a.as_strided_(...)``) and then used with grad recording: eager's gradient for the leaf
+is indexed as the leaf was laid out at that use, not as the caller passed it. The compiled
+backward's gradient is for the entry layout; the runtime lays it out again
+(``InputInfo.grad_layout_at_use``, ``runtime._in_use_layout``). Before: a square leaf
+transposed under no_grad got the transposed gradient, silently; a leaf unsqueezed under
+no_grad raised "invalid gradient" at backward where eager runs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import aotgrad
+from aotgrad.compilers import nop
+from tests.fuzz import harness
+
+#: (entry shape, in-place metadata op under no_grad) whose layout addresses the entry's elements once each
+RELAYOUTS = {
+    "t_ (square)": ([3, 3], "a.t_()"),
+    "t_": ([2, 3], "a.t_()"),
+    "transpose_": ([2, 3, 2], "a.transpose_(0, 2)"),
+    "swapdims_": ([2, 2], "a.swapdims_(0, 1)"),
+    "unsqueeze_": ([3], "a.unsqueeze_(0)"),
+    "unsqueeze_ (one element)": ([1], "a.unsqueeze_(0)"),
+    "squeeze_": ([3, 1], "a.squeeze_(1)"),
+    
+    "t_ then unsqueeze_": ([2, 3], "a.t_().unsqueeze_(1)"),
+}
+#: the program's recorded uses of the leaf after the change (``a`` in its new layout)
+USES = {
+    "mul by a tensor": "t1 = a * torch.arange(float(a.numel())).reshape(a.shape)",
+    "exp": "t1 = a.exp()",
+    "view then mul": "t1 = a.reshape(-1) * torch.arange(float(a.numel()))",
+    "two uses": "t1 = a.sin() + a * 2",
+    "select": "t1 = a.select(0, 0) * 3",
+}
+
+
+def _case(relayout: str, use: str, mode: str) -> harness.Case:
+    shape, op = RELAYOUTS[relayout]
+    source = f"\ndef f(a):\n    with torch.no_grad():\n        {op}\n    {USES[use]}\n    return t1,\n"
+    inputs = {"bases": [{"shape": shape, "dtype": "float32", "rg": True}],
+              "args": [{"kind": "tensor", "base": 0, "expr": "x"}]}
+    return harness.Case(source=source, inputs=inputs, post=[], modes=[mode], seed=11)
+
+
+@pytest.mark.parametrize("mode", ["grad", "no_grad"])
+@pytest.mark.parametrize("use", sorted(USES))
+@pytest.mark.parametrize("relayout", sorted(RELAYOUTS))
+def test_leaf_relaid_out_under_no_grad_then_used(relayout, use, mode):
+    result = harness.run(_case(relayout, use, mode))
+    assert result.ok, result.report()
+
+
+def test_square_leaf_transposed_gets_eager_gradient():
+    """The silent case, direct: the gradient of ``a * w`` after ``a.t_()`` is ``w``."""
+
+    def f(a, w):
+        with torch.no_grad():
+            a.t_()
+        return a * w
+
+    w = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    grads = []
+    for fn in (f, aotgrad.aot_function(f, nop)):
+        a = torch.zeros(2, 2, requires_grad=True)
+        fn(a, w).sum().backward()
+        grads.append(a.grad)
+    torch.testing.assert_close(grads[1], grads[0])
+    torch.testing.assert_close(grads[1], w)
+
+
+def test_view_of_the_leaf_returned_alongside():
+    """A view output of the re-laid-out leaf also sends its gradient to the leaf (outside
+    the compiled function); both add up as eager's."""
+    source = """
+def f(a):
+    with torch.no_grad():
+        a.t_()
+    t1 = a * torch.arange(6.0).reshape(3, 2)
+    return t1, a[0]
+"""
+    inputs = {"bases": [{"shape": [2, 3], "dtype": "float32", "rg": True}],
+              "args": [{"kind": "tensor", "base": 0, "expr": "x"}]}
+    result = harness.run(harness.Case(source=source, inputs=inputs, post=[], modes=["grad"], seed=3))
+    assert result.ok, result.report()
+
+
+def test_uses_in_two_layouts_of_one_shape_are_refused():
+    """Eager adds the two uses' gradients index by index (each as the leaf was laid out
+    then): no gradient for the input expresses that. Refused at compile time, naming both
+    lines; nothing changes."""
+
+    def f(a):
+        t1 = a * 2
+        with torch.no_grad():
+            a.t_()
+        return t1 + a
+
+    a = torch.randn(3, 3, requires_grad=True)
+    before = (a.shape, a.stride(), a.clone())
+    with pytest.raises(aotgrad.AotgradCompileError, match="2 layouts of one shape"):
+        aotgrad.aot_function(f, nop)(a)
+    assert (a.shape, a.stride()) == before[:2] and torch.equal(a, before[2])
+
+
+def test_leaf_re_strided_by_as_strided_then_used_is_refused():
+    """An as_strided_ layout may address an element twice or one the entry layout does not;
+    eager's gradient then is no relayout of the input's. Refused, naming the use's line."""
+
+    def f(a):
+        with torch.no_grad():
+            a.as_strided_((2, 2), (1, 1), 0)
+        return a * 2
+
+    a = torch.randn(4, requires_grad=True)
+    with pytest.raises(aotgrad.AotgradCompileError, match=r"re-strided by as_strided_ .* at .*return a \* 2"):
+        aotgrad.aot_function(f, nop)(a)
+    assert a.shape == (4,) and a.stride() == (1,)
