@@ -107,14 +107,7 @@ def saving_through_view(run: Callable[[], Any], view: torch.Tensor, op_name: str
     ``CopySlices``, out of :func:`find_eager_saved`'s reach (fuzz seed 422024: ``t0 =
     a.unsqueeze(-1); t0.sigmoid_()``, then the caller changes ``a``). Each is noted with its
     version when saved (autograd's own check is off for them: nothing unpacks them here)."""
-    saved: list[tuple[torch.Tensor, int]] = []
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        saved.append((t, t._version))
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, _same):
-        out = run()
+    out, saved = saving_into_copy(run)
     base = view._base
     node = base.grad_fn if base is not None else None
     if saved and type(node).__name__ == "CopySlices":
@@ -130,7 +123,8 @@ def saving_into_copy(run: Callable[[], Any]) -> tuple[Any, list[tuple[torch.Tens
     """``(run(), saved)``: ``run()``, an in-place op on a copy standing in for the tensor
     eager runs it on (core/overlapping_writes.py), with ``saved`` each tensor its node saved
     and its version then, for :func:`note_saved_by_stand_in` (autograd's own check is off
-    for them: nothing unpacks them here)."""
+    for them: nothing unpacks them here). :func:`saving_through_view` notes them the same
+    way."""
     saved: list[tuple[torch.Tensor, int]] = []
 
     def pack(t: torch.Tensor) -> torch.Tensor:
