@@ -481,3 +481,100 @@ def test_view_taken_of_a_stale_view_of_an_input(stale_by, chain, returned):
         return x, x[:, 1:]
 
     check(f, make)
+
+
+STALE_SOURCES = {
+    # (the stale view of x, then the as_strided step(s) taken of it; x is [2, 3])
+    "select_outside": (lambda x: x.select(0, 0), lambda t: t.as_strided((4,), (1,), 1)),
+    "select_inside": (lambda x: x.select(0, 0), lambda t: t.as_strided((2,), (1,), 1)),
+    "scalar_outside": (lambda x: x[0, 0], lambda t: t.as_strided((3,), (1,), 0)),
+    "column_outside": (lambda x: x[:, 1], lambda t: t.as_strided((2, 2), (3, 1), 1)),
+    "view_then_as_strided": (lambda x: x[1], lambda t: t[1:].as_strided((3,), (2,), 0)),
+    "as_strided_then_view": (lambda x: x.select(0, 0), lambda t: t.as_strided((2, 2), (3, 1), 0)[1]),
+}
+
+
+@pytest.mark.parametrize("returned", ["view", "view_and_stale_twice"])
+@pytest.mark.parametrize("stale_by", ["no_grad_add_", "alias_mul_", "enable_grad_inside_no_grad"])
+@pytest.mark.parametrize("chain", sorted(STALE_SOURCES))
+def test_as_strided_taken_of_a_stale_view_of_an_input(chain, stale_by, returned):
+    """``t2 = x.select(0, 0)``, an in-place op on its storage (under no_grad, or through a
+    ``detach()``ed alias), then ``t3 = t2.as_strided(...)`` returned: eager regenerated ``t2``'s
+    grad_fn off ``x`` first, and ``t3``'s ``AsStridedBackward0`` has ``t2``'s geometry as its
+    input's, so ``t3``'s gradient reaches only ``t2``'s elements; rebuilt by ``as_strided`` off
+    the root (23cb0e2) it reached all of ``t3``'s, silently (fuzz seed 3003553)."""
+    stale_view, steps = STALE_SOURCES[chain]
+
+    def f(x):
+        t2 = stale_view(x)
+        if stale_by == "alias_mul_":
+            t2.detach().mul_(2)
+            t3 = steps(t2)
+        elif stale_by == "no_grad_add_":
+            with torch.no_grad():
+                t2.add_(1)
+            t3 = steps(t2)
+        else:
+            with torch.no_grad():
+                t2.add_(1)
+                with torch.enable_grad():
+                    t3 = steps(t2)
+        return (t3,) if returned == "view" else (t3, t2, t3)
+
+    check(f, lambda: (torch.randn(2, 3, requires_grad=True),))
+
+
+def test_as_strided_taken_of_a_view_of_a_stale_view_of_a_view_input():
+    """The input is a slice of x; the stale view is a view of it, and the output an as_strided
+    of a view of that: the gradient stays within the stale view's elements (replayed chain)."""
+
+    def f(x, b):
+        t4 = b.select(1, 1)  # offsets 2, 6, 10
+        with torch.no_grad():
+            b.mul_(2)
+        t5 = t4[1:]
+        return t5.as_strided((3,), (2,), 6), t4  # offsets 6, 8, 10
+
+    def make():
+        x = torch.randn(3, 4, requires_grad=True)
+        return x, x[:, 1:]
+
+    check(f, make)
+
+
+def test_as_strided_of_a_stale_view_of_an_input():
+    """Fuzz seed 3003553 as found: the as_strided view taken under enable_grad inside no_grad,
+    returned twice, with the stale view between."""
+
+    def f(a, b, c, s, flag):
+        t2 = c.select(0, 0)
+        with torch.no_grad():
+            t2.add_(1)
+            with torch.enable_grad():
+                t3 = t2.as_strided((2,), (1,), 0)
+            t3.sum(0)
+            t10 = -t3
+        return t3, t2, t3, t10
+
+    def make():
+        x = torch.randn(2, requires_grad=True)
+        return x, x, x, -1.5, True
+
+    check(f, make)
+
+
+def test_as_strided_of_a_stale_view_whose_chain_has_an_as_strided_is_refused():
+    """The stale view was itself taken by as_strided (reaching outside the input): eager's
+    gradient goes through its regenerated AsStridedBackward0 off the base and then the later
+    as_strided's, which neither the replayed chain (it drops what lies outside the input) nor an
+    as_strided off the root (it reaches all of the output's elements) gives."""
+
+    def f(x, b):
+        t4 = b.as_strided((2, 2), (2, 1), 1)
+        with torch.no_grad():
+            b.mul_(2)
+        return t4.select(1, 1).as_strided((3,), (1,), 1)
+
+    x = torch.randn(3, 4, requires_grad=True)
+    with pytest.raises(aotgrad.AotgradCompileError, match=r"as_strided at .*as_strided\(\(3,\)"):
+        aotgrad.aot_function(f, nop)(x, x[:, 1:])

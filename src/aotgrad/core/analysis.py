@@ -805,6 +805,24 @@ def analyze(
             off_root = (
                 (input_info[i].mutates_data and geometry.stale(o)) or geometry.of_stale(o)
             ) and any(type(vm).__name__ == "as_strided_ViewMeta" for vm in view_source or ())
+            since_stale, line, replay_unsure = geometry.as_strided_since_stale(o)
+            if off_root and since_stale:
+                # an as_strided taken of (a view of) the stale view: eager's AsStridedBackward0
+                # for it has the stale view's geometry as its input's, so its gradient stays
+                # within the stale view's elements; as_strided off the root would reach all of
+                # the output's (fuzz seed 3003553). Replaying the input's chain is eager's
+                # gradient where the chain up to the stale view names its elements as eager's
+                # regenerated grad_fn does (no as_strided step reaching outside its input);
+                # else neither is
+                if replay_unsure:
+                    raise AotgradCompileError(
+                        f"aotgrad: output {j} was taken by as_strided at {line} of a view whose "
+                        "storage an in-place op changed after its chain's own as_strided: eager's "
+                        "gradient goes through both as_strided steps off the base, which the "
+                        "rebuilt output cannot replay. clone() the view before the as_strided, or "
+                        "take it before the in-place op."
+                    )
+                off_root = False
             output_info.append(
                 OutputInfo(
                     OutputType.alias_of_input,

@@ -169,11 +169,15 @@ class EagerViewGeometry(TorchFunctionMode):
         #: id(view) -> (the view, the version its autograd history was recorded at: its
         #: creation, or an in-place op on it that autograd recorded), as eager's attr_version
         self.view_versions: dict[int, tuple[torch.Tensor, int]] = {}
-        #: id(view) -> the view, for views taken with grad recording of a stale view (or of
+        #: id(view) -> (the view, its as_strided steps taken since the stale view, the user's
+        #: line of the first of them, whether replaying the stale view's own chain may not
+        #: give eager's gradient), for views taken with grad recording of a stale view (or of
         #: one of these): eager regenerated the source's grad_fn first, as one
         #: ``AsStridedBackward0`` off its base, so their gradient reaches the base also
-        #: outside the elements the source's own chain had
-        self.views_of_stale: dict[int, torch.Tensor] = {}
+        #: outside the elements the source's own chain had. An ``as_strided`` step taken after
+        #: that records the stale view's geometry as its input's: its gradient stays within
+        #: the stale view's elements (fuzz seed 3003553)
+        self.views_of_stale: dict[int, tuple[torch.Tensor, int, str, bool]] = {}
         #: id(view) -> (the view, its base's geometry when the view was made)
         self.base_geometry_at_view: dict[int, tuple[torch.Tensor, Geometry]] = {}
         #: ids of the inputs whose caller's tensor is its whole storage (no view, contiguous,
@@ -268,7 +272,31 @@ class EagerViewGeometry(TorchFunctionMode):
         """``t`` was stale, or was taken from a stale view (``views_of_stale``): eager's
         gradient of ``t`` goes through an ``AsStridedBackward0`` off its base."""
         entry = self.views_of_stale.get(id(t))
-        return self.stale(t) or entry is t
+        return self.stale(t) or (entry is not None and entry[0] is t)
+
+    def as_strided_since_stale(self, t: torch.Tensor) -> tuple[int, str, bool]:
+        """How many ``as_strided`` steps ``t``'s chain took since the stale view it was taken
+        of (0 where ``t`` is stale itself, or no view of a stale one), the user's line of the
+        first, and whether replaying the stale view's own chain from its base may differ from
+        eager's regenerated ``AsStridedBackward0`` off the autograd root: eager's gradient
+        through those steps is an ``AsStridedBackward0`` whose input is the stale view's
+        geometry, not an ``as_strided`` of ``t``'s off the root."""
+        entry = self.views_of_stale.get(id(t))
+        if self.stale(t) or entry is None or entry[0] is not t:
+            return 0, "", False
+        return entry[1], entry[2], entry[3]
+
+    def _replay_unsure(self, stale: FunctionalTensor) -> bool:
+        """Replaying ``stale``'s chain from its base may not give the gradient of one
+        ``as_strided`` off the autograd root in its geometry: a later ``as_strided`` step
+        reaches outside its input (:func:`_replay_drops_gradient`), or the first step is an
+        ``as_strided`` of a base that is not its caller's whole storage (it may name elements
+        outside the base)."""
+        if _replay_drops_gradient(stale):
+            return True
+        seq = functionalization.get_view_meta_sequence(stale.elem)
+        rest = seq[len(functionalization.get_view_meta_sequence(stale._base.elem)):]
+        return bool(rest) and type(rest[0]).__name__ in _AS_STRIDED_VIEW_METAS and id(stale._base) not in self.covering_inputs
 
     def _note_versions(self, args: tuple, out: Any) -> None:
         """Record new views' versions; an in-place op autograd records on a view rebases it."""
@@ -291,7 +319,15 @@ class EagerViewGeometry(TorchFunctionMode):
                     isinstance(source, FunctionalTensor) and torch.is_grad_enabled() and source.requires_grad
                     and self.of_stale(source)
                 ):
-                    self.views_of_stale[id(r)] = r
+                    # the steps since the stale view: none where the source is that view
+                    steps, line, unsure = (
+                        (0, "", self._replay_unsure(source)) if self.stale(source)
+                        else self.as_strided_since_stale(source)
+                    )
+                    chain = functionalization.get_view_meta_sequence(r.elem)
+                    if chain and type(chain[-1]).__name__ in _AS_STRIDED_VIEW_METAS:
+                        steps, line = steps + 1, line or current_user_line()
+                    self.views_of_stale[id(r)] = (r, steps, line, unsure)
 
     def _check_stale_view_rewrites(self) -> None:
         """Check the views that :class:`~aotgrad.core.stale_views.StaleViewUses` (entered inside
