@@ -59,11 +59,13 @@ import torch.utils._pytree as pytree
 from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch._subclasses.functional_tensor import FunctionalTensor, disable_functional_mode
 from torch.fx.experimental.symbolic_shapes import statically_known_true
+from torch.multiprocessing.reductions import StorageWeakRef
 from torch.overrides import TorchFunctionMode
 
+from ..errors import AotgradCompileError, current_user_line
 from .kernel_checks import raise_eager_dtype_error
 from .overlapping_writes import overlapping_write
-from .view_geometry import as_strided_geometry, rebased_root
+from .view_geometry import as_strided_geometry, rebased_root, restride_drops_gradient
 
 __all__ = ["EagerRewrites", "bernoulli_like"]
 
@@ -123,6 +125,50 @@ class EagerRewrites(TorchFunctionMode):
         self.detached_from: dict[int, tuple[weakref.ref, torch.Tensor]] = {}
         #: ``id(v.as_strided(...))`` of such an alias → what :meth:`_write_proxy` needs
         self.strided_detached: dict[int, tuple] = {}
+        #: storage → (view, root) for the views re-strided by ``as_strided_`` whose record
+        #: :func:`rebase_restrided_view` changes only at the next write into the storage
+        #: (:func:`~aotgrad.core.view_geometry.restride_drops_gradient`: until then eager's
+        #: gradient of the view stays within its old elements, as functionalization's own
+        #: record replays it), and the views taken of them since, with their root
+        self.pending_rebases: dict[StorageWeakRef, list[tuple[FunctionalTensor, FunctionalTensor]]] = {}
+
+    def _rebase_before_write(self, func, args: tuple, kwargs: dict) -> None:
+        """Before a write into a storage with views whose rebase waits (``pending_rebases``),
+        rebase them: the write bumps the storage's version, so eager regenerates each one's
+        history as ``AsStridedBackward0`` off the base, which ``root.as_strided`` replays, and
+        a write through one of them scatters onto the root as eager's storage has it."""
+        pending = []
+        for written in _written(func, args, kwargs):
+            with torch._C.DisableTorchFunction():
+                pending += self.pending_rebases.pop(StorageWeakRef(written.untyped_storage()), [])
+        for view, root in pending:
+            if view.dtype != root.dtype:
+                raise AotgradCompileError(
+                    f"aotgrad: in-place {getattr(func, '__name__', func)} at {current_user_line()} writes "
+                    "into a storage with a view of another dtype taken of a view re-strided by "
+                    "as_strided_: functionalization would replay the write onto the view's old "
+                    "layout. clone() the view first."
+                )
+            rebase_restrided_view(view, root)
+
+    def _note_pending_views(self, source: Any, out: Any) -> None:
+        """Views taken of a view whose rebase waits wait with it (same storage, same root)."""
+        if not isinstance(source, FunctionalTensor):
+            return
+        with torch._C.DisableTorchFunction():
+            pending = self.pending_rebases.get(StorageWeakRef(source.untyped_storage()))
+            if not pending:
+                return
+            root = next((r for v, r in pending if v is source), None)
+            if root is None:
+                return
+            for t in pytree.tree_leaves(out):
+                if (
+                    type(t) is FunctionalTensor and t is not source and t._base is not None
+                    and StorageWeakRef(t.untyped_storage()) == StorageWeakRef(source.untyped_storage())
+                    and not any(t is v for v, _ in pending)
+                ):
+                    pending.append((t, root))
 
     def _write_proxy(self, func, args: tuple, kwargs: dict) -> torch.Tensor | None:
         """For an in-place data write into ``v.as_strided(...)`` of a ``detach()``ed alias
@@ -155,6 +201,15 @@ class EagerRewrites(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if not self.pending_rebases:
+            return self._rewritten(func, types, args, kwargs)
+        self._rebase_before_write(func, args, kwargs)
+        out = self._rewritten(func, types, args, kwargs)
+        if args:
+            self._note_pending_views(args[0], out)
+        return out
+
+    def _rewritten(self, func, types, args: tuple, kwargs: dict):
         # eager's per-dtype kernel errors, which no functional op raises (core/kernel_checks.py)
         raise_eager_dtype_error(func, args, kwargs)
         if not self.odd_size1_strides:
@@ -180,8 +235,16 @@ class EagerRewrites(TorchFunctionMode):
             result = self.__torch_function__(func, types, (proxy, *args[1:]), kwargs)
             return args[0] if result is proxy else result
         if func is _AS_STRIDED_INPLACE and args and (root := rebased_root(args[0], args[1:], kwargs)) is not None:
+            drops_gradient = restride_drops_gradient(args[0], args[1:], kwargs)
             out = func(*args, **kwargs)
-            rebase_restrided_view(args[0], root)
+            if drops_gradient:
+                with torch._C.DisableTorchFunction():
+                    key = StorageWeakRef(args[0].untyped_storage())
+                pending = self.pending_rebases.setdefault(key, [])
+                if not any(args[0] is v for v, _ in pending):
+                    pending.append((args[0], root))
+            else:
+                rebase_restrided_view(args[0], root)
             return out
         if func in _AS_STRIDED and args and _as_strided_of_base(args[0], args[1:], kwargs):
             return func(args[0]._base, *args[1:], **kwargs)
@@ -270,6 +333,18 @@ def _unviewable_out(func, args: tuple, kwargs: dict) -> bool:
     return not (torch.is_grad_enabled() and any(
         isinstance(t, torch.Tensor) and t.requires_grad for t in pytree.tree_leaves((args, kwargs))
     ))
+
+
+def _written(func, args: tuple, kwargs: dict) -> list[FunctionalTensor]:
+    """The functional tensors an in-place data op (``__setitem__`` too) or an ``out=`` op
+    writes into; none for other ops."""
+    name = getattr(func, "__name__", "")
+    written = kwargs.get("out")
+    if written is None and args and name not in _METADATA_INPLACE and (
+        name == "__setitem__" or name in _INPLACE_DUNDERS or (name.endswith("_") and not name.endswith("__"))
+    ):
+        written = args[0]
+    return [t for t in pytree.tree_leaves(written) if type(t) is FunctionalTensor]
 
 
 def _written_root(func, args: tuple, kwargs: dict) -> FunctionalTensor | None:

@@ -33,7 +33,7 @@ from ..errors import AotgradCompileError, current_user_line
 from .overlapping_writes import _location_set
 from .stale_views import StaleViewUses, writes_through_source
 
-__all__ = ["EagerViewGeometry", "Geometry", "as_strided_geometry", "functional_geometry", "rebased_root", "restrides_within"]
+__all__ = ["EagerViewGeometry", "Geometry", "as_strided_geometry", "functional_geometry", "rebased_root", "restride_drops_gradient", "restrides_within"]
 
 Geometry = tuple[tuple[int, ...], tuple[int, ...], int]  # size, stride, storage_offset
 
@@ -116,6 +116,30 @@ def rebased_root(v: Any, args: tuple, kwargs: dict) -> FunctionalTensor | None:
         if functionalization.get_view_meta_sequence(base.elem) or not functionalization.get_view_meta_sequence(v.elem):
             return None
     return base
+
+
+def restride_drops_gradient(v: FunctionalTensor, args: tuple, kwargs: dict) -> bool:
+    """Whether eager's ``v.as_strided_(*args, **kwargs)`` records a gradient that differs
+    from ``v._base.as_strided(...)``'s: ``v`` requires grad and its ``AsStridedBackward1``
+    reads the gradient at ``v``'s old locations, so the new layout's locations outside them
+    (or a layout not known to stay inside them: symbolic, too many elements, ``v``'s own
+    elements sharing locations) get none, until a write into the storage makes eager
+    regenerate ``v``'s history as ``AsStridedBackward0`` off the base. Until then a view
+    rebuilt (an output) off ``base.as_strided`` would send the gradient there (fuzz seeds
+    3008597, 4008525): :class:`~aotgrad.core.eager_rewrites.EagerRewrites` rebases such a
+    view at that write rather than at the ``as_strided_``."""
+    with torch._C.DisableTorchFunction():
+        if not v.requires_grad:
+            return False
+        old = (tuple(v.shape), tuple(v.stride()), v.storage_offset())
+    named = as_strided_geometry(v, args, kwargs)
+    values = (*old[0], *old[1], old[2])
+    if named is None or any(type(n) is not int for n in (*values, *named[0], *named[1], named[2])):
+        return True
+    inside, new = _location_set(old), _location_set(named)
+    if inside is None or new is None or len(inside) != math.prod(old[0]):
+        return True
+    return not new <= inside
 
 
 class Restrided(NamedTuple):
