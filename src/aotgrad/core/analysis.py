@@ -271,15 +271,13 @@ class _EagerChecks(TorchFunctionMode):
         #: either moves its peers' counters too (a data write merges them into a synthetic
         #: base, whose views share its counter in the trace too)
         self.storage_peers: dict[int, tuple[Any, ...]] = {}
-        #: leaf graph input requiring grad → its shape at the program's first op that records
-        #: a use of it: eager's AccumulateGrad for it is made then, and checks the gradients
-        #: it gets against that shape while it lives (an in-place metadata op under no_grad
-        #: may change the input's shape after)
-        self.grad_accumulator_shapes: dict[int, tuple] = {}
         #: leaf graph input requiring grad → (size, stride, storage offset) of each distinct
-        #: layout it has at an op that records a use of it (keyed by its repr), with the
-        #: user line of the first such op: eager's gradient for the leaf is the sum of each
-        #: use's gradient, indexed as the leaf was laid out at that use
+        #: layout it has at an op that records a use of it (keyed by its repr, in the order
+        #: of first use), with the user line of the first such op: eager's gradient for the
+        #: leaf is the sum of each use's gradient, indexed as the leaf was laid out at that
+        #: use; and eager's AccumulateGrad for it is made at the first use, checking the
+        #: gradients it gets against the shape then while it lives (an in-place metadata op
+        #: under no_grad may change the input's shape after: ``first_use_shape``)
         self.leaf_use_geometries: dict[int, dict[str, tuple[tuple, str]]] = {}
 
     def _requires_grad(self, func: Any, args: tuple, kwargs: dict) -> Any:
@@ -416,7 +414,7 @@ class _EagerChecks(TorchFunctionMode):
     def _leaf_uses(self, args: tuple) -> list[tuple[int, tuple]]:
         """(graph input, its (size, stride, storage offset)) of each leaf input requiring
         grad among ``args`` (or in a list of them): a use autograd records where the op's
-        result gets a grad_fn (``grad_accumulator_shapes``, ``leaf_use_geometries``)."""
+        result gets a grad_fn (``leaf_use_geometries``)."""
         uses = []
         for a in args:
             for t in a if isinstance(a, (list, tuple)) else (a,):
@@ -432,9 +430,14 @@ class _EagerChecks(TorchFunctionMode):
         if uses and any(isinstance(o, torch.Tensor) and o.grad_fn is not None for o in pytree.tree_leaves(out)):
             # autograd recorded the op: its node has an edge to each input's AccumulateGrad
             for i, geometry in uses:
-                self.grad_accumulator_shapes.setdefault(i, geometry[0])
                 self.leaf_use_geometries.setdefault(i, {}).setdefault(repr(geometry), (geometry, current_user_line()))
         return out
+
+    def first_use_shape(self, i: int) -> tuple | None:
+        """Leaf graph input ``i``'s shape at the program's first recorded use of it; None
+        where the program records none."""
+        uses = self.leaf_use_geometries.get(i)
+        return next(iter(uses.values()))[0][0] if uses else None
 
     def _checked_call(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -663,7 +666,7 @@ def analyze(
                 sets_requires_grad=i in checks.inputs_set_requiring_grad,
                 detached_in_place=i in checks.detached_inputs,
                 relaid_out_under_no_grad=i in checks.used_after_no_grad_restride and fake._base is not None,
-                grad_accumulator_made=meta and i in checks.grad_accumulator_shapes,
+                grad_accumulator_made=meta and i in checks.leaf_use_geometries,
                 grad_accumulator_shape=_grad_accumulator_shape(checks, i, fake) if meta else None,
                 grad_layout_at_use=_grad_layout_at_use(checks, i, fake) if meta else None,
             )
@@ -928,7 +931,7 @@ def _grad_accumulator_shape(checks: _EagerChecks, i: int, fake: torch.Tensor) ->
     """``InputInfo.grad_accumulator_shape`` of graph input ``i`` (``fake``), whose metadata
     the program changes: its shape at the program's first recorded use of it, where it is a
     leaf requiring grad that the program uses and that shape is not its entry shape."""
-    shape = checks.grad_accumulator_shapes.get(i)
+    shape = checks.first_use_shape(i)
     if shape is None or list(map(str, shape)) == list(map(str, fake.shape)):  # (no guard on a symbol)
         return None
     if any(not isinstance(n, int) for n in shape):
