@@ -96,12 +96,7 @@ def overlaps_itself(size: tuple[int, ...], stride: tuple[int, ...]) -> bool:
     dims = sorted((abs(st), sz) for sz, st in zip(size, stride) if sz > 1)
     if any(st == 0 for st, _ in dims):
         return True
-    extent = 0
-    for st, sz in dims:
-        if st <= extent:
-            break
-        extent += (sz - 1) * st
-    else:
+    if strides_keep_apart(size, stride):
         return False
     numel = 1
     for _, sz in dims:
@@ -112,6 +107,18 @@ def overlaps_itself(size: tuple[int, ...], stride: tuple[int, ...]) -> bool:
     for st, sz in dims:
         offsets = {o + k * st for o in offsets for k in range(sz)}
     return len(offsets) < numel
+
+
+def strides_keep_apart(size: tuple, stride: tuple) -> bool:
+    """The quick test that no two elements of a strided layout share a memory location:
+    each stride (of the dims of size > 1, in ascending order) is past the extent of the
+    smaller ones. False proves nothing (``overlaps_itself`` then enumerates)."""
+    extent = 0
+    for st, sz in sorted((abs(st), sz) for sz, st in zip(size, stride) if sz > 1):
+        if st <= extent:
+            return False
+        extent += (sz - 1) * st
+    return True
 
 
 class Overlap(enum.Enum):

@@ -24,6 +24,7 @@ import torch.utils._pytree as pytree
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from .metadata import OutputInfo, OutputType, ViewAndMutationMetadata
+from .overlapping_writes import strides_keep_apart
 from .saved_tensors import EagerSavedTensors, SavedVersions, check_saved_versions
 from .signature import GraphSignature
 from .symbolic import holds_sym, size_function
@@ -412,7 +413,8 @@ def _detached_alias_with_history(real: torch.Tensor, value: torch.Tensor, info: 
         finally:
             _set_version_counter((root,), (version,))
     prev = torch.is_grad_enabled()
-    if _may_overlap(where[0], where[1]):
+    # (as eager's ``as_strided`` backward decides whether to sum per location: by the quick test)
+    if not strides_keep_apart(where[0], where[1]):
         _set_grad_enabled(True)
         try:
             root_geometry = (tuple(root.shape), root.stride(), root.storage_offset())
@@ -434,18 +436,6 @@ def _detached_alias_with_history(real: torch.Tensor, value: torch.Tensor, info: 
         _set_grad_enabled(prev)
     _set_version_counter((root,), (version,))
     return target if info.is_view and not stale else out
-
-
-def _may_overlap(size: tuple, stride: tuple) -> bool:
-    """False where no two elements of the layout share a memory location, by the quick test
-    (each stride, ascending, past the extent of the smaller ones); True otherwise, as eager's
-    ``as_strided`` backward decides whether to sum per location."""
-    extent = 0
-    for st, sz in sorted((abs(st), sz) for sz, st in zip(size, stride) if sz > 1):
-        if st <= extent:
-            return True
-        extent += (sz - 1) * st
-    return False
 
 
 def _locations(geometry: tuple, device: torch.device) -> torch.Tensor:
