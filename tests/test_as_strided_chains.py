@@ -331,41 +331,38 @@ def test_storage_addressing_op_of_a_written_offset_input(op, no_grad, requires_g
     check(f, lambda: ((torch.randn(3, 4, 3, requires_grad=requires_grad) * 1)[1:],))
 
 
+def _restrided_to_offset_then_written(offset: int, write: str):
+    """``a.as_strided_((3,), (2,), offset)`` of the input itself (``input_write``: of a view
+    of it), then a write: through it with grad (``write``), under no_grad through it
+    (``no_grad_write``) or through the input (``input_write``)."""
+
+    def f(a):
+        t = a if write != "input_write" else a.view(a.shape)
+        t.as_strided_((3,), (2,), offset)
+        if write == "write":
+            t.mul_(3)
+        else:
+            with torch.no_grad():
+                (t if write == "no_grad_write" else a).mul_(3)
+        return a * 1, t
+
+    return f
+
+
 @pytest.mark.parametrize("write", ["write", "no_grad_write", "input_write"])
 def test_as_strided_inplace_of_an_offset_input_requiring_grad_then_written(write):
     """``a.as_strided_(..., 12)`` of the input itself (or a view of it), then a write: the
     synthetic base makes the input a view, which functionalization records, once re-strided,
     as ``as_strided`` of the synthetic base (eager_rewrites.rebase_restrided_view): the write
     is eager's (refused before; it wrote other elements than eager's before that, silently)."""
-
-    def f(a):
-        t = a if write != "input_write" else a.view(a.shape)
-        t.as_strided_((3,), (2,), 12)
-        if write == "write":
-            t.mul_(3)
-        else:
-            with torch.no_grad():
-                (t if write == "no_grad_write" else a).mul_(3)
-        return a * 1, t
-
-    check(f, lambda: ((torch.randn(3, 4, 3, requires_grad=True) * 1)[1:],))
+    check(_restrided_to_offset_then_written(12, write), lambda: ((torch.randn(3, 4, 3, requires_grad=True) * 1)[1:],))
 
 
 @pytest.mark.parametrize("write", ["write", "no_grad_write", "input_write"])
 def test_as_strided_inplace_of_an_offset_input_before_its_start_then_written_is_refused(write):
     """The same, re-strided to offsets before the input's own start: the analysis over the
     input itself refuses the write (functionalization holds only the input's elements)."""
-
-    def f(a):
-        t = a if write != "input_write" else a.view(a.shape)
-        t.as_strided_((3,), (2,), 5)
-        if write == "write":
-            t.mul_(3)
-        else:
-            with torch.no_grad():
-                (t if write == "no_grad_write" else a).mul_(3)
-        return a * 1, t
-
+    f = _restrided_to_offset_then_written(5, write)
     x = (torch.randn(3, 4, 3, requires_grad=True) * 1)[1:]
     with pytest.raises(aotgrad.AotgradCompileError, match=r"re-strided by as_strided_"):
         aotgrad.aot_function(f, nop)(x)
