@@ -49,7 +49,6 @@ KNOWN: dict[str, list[str]] = {
     "backward.baseN.grad kind": ["test_no_grad_view_of_written_input_used_with_grad_grad_is_none"],
     # --- wrong metadata: aliasing, requires_grad, strides, grad layout
     "backward.baseN.grad.stride": ["test_backward_of_mutated_input_not_traced_unless_needed", "test_grad_strides_of_permuted_input_with_no_grad_metadata_mutation", "test_grad_strides_of_where_on_transposed_input"],
-    "call.output._base": ["test_unbind_of_detached_alias_written_with_grad_base", "test_unbind_of_detached_alias_copied_into_base"],
     # --- views invalidated by a later in-place op: eager raises on use, aotgrad rebuilds them
     # --- raising where eager does not: views replayed against a base whose metadata changed since
     "call: impl raised, eager did not: RuntimeError: The expanded size": ["test_expand_view_replayed_after_base_t_"],

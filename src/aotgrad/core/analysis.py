@@ -24,7 +24,7 @@ from torch._subclasses.fake_tensor import (
     UnsupportedOperatorException,
 )
 from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
-from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode, statically_known_true
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
@@ -743,8 +743,12 @@ def analyze(
         if (
             # (o.grad_fn is not read: a stale view's would be regenerated outside the modes;
             # requires_grad of a view of a root with history says as much)
-            storage in input_storages and o.requires_grad and common["invalidated"] in (None, "DEFAULT")
-            and not common["no_grad_view"]
+            storage in input_storages and o.requires_grad and (
+                common["invalidated"] in (None, "DEFAULT") and not common["no_grad_view"]
+                # a multi-output or no_grad view the history invalidated (taken before it,
+                # or after and written since): eager's still views the alias
+                or common["invalidated"] in _INVALIDATING_HISTORY
+            )
             and root.requires_grad and root.grad_fn is not None and all(root is not f for f in f_inputs)
             and o.dtype == f_inputs[input_storages[storage]].dtype
         ):
@@ -762,8 +766,14 @@ def analyze(
                     **common,
                 ))
                 continue
+            invalidated = common["invalidated"] in _INVALIDATING_HISTORY
             output_info.append(OutputInfo(
-                OutputType.non_alias, storage_of_input=input_storages[storage], is_view=o._base is not None, **common
+                OutputType.non_alias, storage_of_input=input_storages[storage], is_view=o._base is not None,
+                graph_returns_root=invalidated,
+                root_geometry=_alias_geometry(
+                    j, geometry.geometry(root), geometry.geometry(f_inputs[input_storages[storage]])
+                ) if invalidated else None,
+                **common,
             ))
             continue
         if storage in input_storages and _through_custom_function(
@@ -892,13 +902,13 @@ def analyze(
     forward_outputs = GraphSignature.of_metadata(metadata)
     fw_values = forward_outputs.pack_forward(
         [fake_inputs[i] for i in forward_outputs.mutated_inputs],
-        [out_leaves[j] for j in forward_outputs.user_outputs],
+        metadata.graph_values(out_leaves, forward_outputs.user_outputs),
         [out_leaves[j]._base for j in base_sources],
     )
     if any(getattr(o, "requires_grad", False) for o in out_leaves) or any(x.mutation_visible_to_autograd for x in input_info):
         fw_functional = forward_outputs.pack_forward(
             [f_inputs[i] for i in forward_outputs.mutated_inputs],
-            [out_leaves[j] for j in forward_outputs.user_outputs],
+            metadata.graph_values(out_leaves, forward_outputs.user_outputs),
             [out_leaves[j]._base for j in base_sources],
         )
         with fake_mode, mode:
@@ -1247,6 +1257,27 @@ def _invalidated_view(o: torch.Tensor, modes: tuple[Any, ...], geometry: EagerVi
         return meta.name
     return None
 
+
+def _alias_geometry(j: int, alias: tuple, input_geometry: tuple) -> tuple | None:
+    """Eager's (size, stride, storage_offset) ``alias`` of the detached input alias that
+    user output ``j`` views (``OutputInfo.root_geometry``): None where it is the input's
+    after the call (``input_geometry``: the runtime's ``input.detach()`` has it), else static;
+    refused where it is symbolic."""
+    mine, theirs = (*alias[0], *alias[1], alias[2]), (*input_geometry[0], *input_geometry[1], input_geometry[2])
+    if len(alias[0]) == len(input_geometry[0]) and all(statically_known_true(a == b) for a, b in zip(mine, theirs)):
+        return None
+    if any(isinstance(v, torch.SymInt) for v in mine):
+        raise AotgradCompileError(
+            f"aotgrad: output {j} is a view of a detach()ed input alias that the program re-laid "
+            "out and gave a history, with symbolic sizes; this is not supported. Pass "
+            "dynamic=False, or clone() the alias."
+        )
+    return tuple(alias[0]), tuple(alias[1]), alias[2]
+
+
+#: creation metas of views whose ``grad_fn`` read raises once a later in-place op wrote
+#: their storage with grad recording (:func:`_invalidated_view`)
+_INVALIDATING_HISTORY = ("MULTI_OUTPUT_NODE", "NO_GRAD_MODE")
 
 #: functionalization's records of the multi-output view ops (``chunk`` is ``split``)
 _MULTI_OUTPUT_VIEW_METAS = {"unbind_int_ViewMeta": "unbind", "split_Tensor_ViewMeta": "split", "split_with_sizes_ViewMeta": "split_with_sizes"}

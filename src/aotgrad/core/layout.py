@@ -64,7 +64,10 @@ def eager_layouts(gm: torch.fx.GraphModule, md: ViewAndMutationMetadata, signatu
     layouts = []
     for j in signature.user_outputs:
         info = md.output_info[j]
-        if info.output_type is not OutputType.non_alias or info.duplicate_of is not None or info.custom_function_view:
+        if (
+            info.output_type is not OutputType.non_alias or info.duplicate_of is not None or info.custom_function_view
+            or info.graph_returns_root  # the graph's value is the output's root, copied into the caller's storage
+        ):
             continue
         p = signature.user_output_positions[j]
         node = outs[p]

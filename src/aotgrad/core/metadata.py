@@ -19,6 +19,7 @@ Where each value sits among the graphs' inputs and outputs is not recorded here 
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -188,6 +189,14 @@ class OutputInfo:
     #: view) but has its own autograd history; the graph computes its value (with a tangent)
     #: and the runtime copies it into a detached alias of the input with grad enabled
     storage_of_input: int | None = None
+    #: with ``storage_of_input``: the output is an ``invalidated`` multi-output or no_grad
+    #: view of the detached alias (reading its ``grad_fn`` raises), so the graph returns the
+    #: alias itself (the view's autograd root) instead: the runtime gives a detached alias of
+    #: the input that history and makes the view off it, as eager's ``_base``
+    graph_returns_root: bool = False
+    #: with ``graph_returns_root``: the alias's (size, stride, storage_offset), static, where
+    #: it is not laid out as the call input (None where it is)
+    root_geometry: tuple | None = None
     view_source: Any = field(default=None, compare=False, repr=False)
     constant: Any = field(default=None, compare=False)
 
@@ -262,6 +271,12 @@ class ViewAndMutationMetadata:
     def detached_in_place(self) -> tuple[int, ...]:
         """Graph inputs the program detaches in place (``detach_()``)."""
         return tuple(i for i, x in enumerate(self.input_info) if x.detached_in_place)
+
+    def graph_values(self, out_leaves: Sequence[Any], user_outputs: Sequence[int]) -> list[Any]:
+        """What the graph returns for each of the user outputs ``user_outputs`` (indices into
+        ``out_leaves``, the program's flattened outputs): the output, or its autograd root
+        where the runtime makes the output off that (``OutputInfo.graph_returns_root``)."""
+        return [out_leaves[j]._base if self.output_info[j].graph_returns_root else out_leaves[j] for j in user_outputs]
 
     @staticmethod
     def build(

@@ -12,6 +12,7 @@ caller's real tensors.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable
@@ -243,6 +244,8 @@ class OutputBuilder:
                 plan.append(("const", 0, o.constant))
             elif o.duplicate_of is not None:
                 plan.append(("same", o.duplicate_of, None))
+            elif t is OutputType.non_alias and o.graph_returns_root:
+                plan.append(("view_of_detached_copy", position[j], o))
             elif t is OutputType.non_alias and o.storage_of_input is not None:
                 plan.append(("detached_copy", position[j], o))
             elif t is OutputType.non_alias and o.new_leaf:
@@ -258,6 +261,8 @@ class OutputBuilder:
             else:
                 plan.append(("alias_fw", first_base + o.base_index, o))
         self.plan = tuple(plan)
+        #: per ``view_of_detached_copy`` output, the record of the detached alias it views
+        self.alias_info = {j: _alias_info(o) for j, (kind, _, o) in enumerate(plan) if kind == "view_of_detached_copy"}
         #: (user-output index, kind, index, info): outputs taken as they are, then aliases
         self.direct = tuple((j, *p) for j, p in enumerate(plan) if p[0] in ("out", "input", "const"))
         # an output rebuilt off another user output ("alias_user", "same") comes after it
@@ -349,6 +354,10 @@ class OutputBuilder:
             elif kind == "detached_copy":
                 result[j] = _detached_alias_with_history(call_inputs[info.storage_of_input], _unwrap(fw_outs[idx]), info, where)
                 continue
+            elif kind == "view_of_detached_copy":
+                real = call_inputs[info.storage_of_input]
+                result[j] = _view_of_detached_alias(real, _unwrap(fw_outs[idx]), self.alias_info[j], info, where)
+                continue
             elif kind == "leaf":
                 result[j] = _new_leaf(fw_outs[idx])
                 continue
@@ -436,6 +445,31 @@ def _detached_alias_with_history(real: torch.Tensor, value: torch.Tensor, info: 
         _set_grad_enabled(prev)
     _set_version_counter((root,), (version,))
     return target if info.is_view and not stale else out
+
+
+def _alias_info(view: OutputInfo) -> OutputInfo:
+    """The ``detached_copy`` record of the detached alias that the graph returns for the
+    view ``view`` (``OutputInfo.graph_returns_root``): no view, in ``view.root_geometry``."""
+    geometry = {}
+    if view.root_geometry is not None:
+        geometry = dict(zip(("size", "stride", "storage_offset"), view.root_geometry))
+    return dataclasses.replace(
+        view, is_view=False, invalidated=None, multi_output_step=None, graph_returns_root=False, root_geometry=None,
+        **geometry,
+    )
+
+
+def _view_of_detached_alias(
+    real: torch.Tensor, value: torch.Tensor, alias: OutputInfo, info: OutputInfo, geometry: tuple | None
+) -> torch.Tensor:
+    """Eager's invalidated view (``info``) of a ``detach()``ed alias of ``real`` that an
+    in-place op gave a history: the alias (``alias``, its geometry ``real``'s where the
+    analysis recorded none) gets the graph's ``value`` with its history
+    (:func:`_detached_alias_with_history`), and the view is made off it, invalidated as
+    eager's (:func:`_invalidated_view`): its ``_base`` is the alias, as eager's."""
+    where = None if info.root_geometry is not None else (tuple(real.shape), real.stride(), real.storage_offset())
+    root = _detached_alias_with_history(real, value, alias, where)
+    return _invalidated_view(root, info, geometry)
 
 
 def _locations(geometry: tuple, device: torch.device) -> torch.Tensor:

@@ -133,7 +133,7 @@ def _functional_forward(
             )
         return signature.pack_forward(
             [originals[i] for i in signature.mutated_inputs],
-            [out_leaves[j] for j in signature.user_outputs],
+            md.graph_values(out_leaves, signature.user_outputs),
             bases,
         )
 
@@ -757,7 +757,8 @@ def analyze_tracing_inference(
         if any(b is None for b in bases):
             return []
         outs = signature.pack_forward(
-            [f_inputs[i] for i in signature.mutated_inputs], [out_leaves[j] for j in signature.user_outputs], bases
+            [f_inputs[i] for i in signature.mutated_inputs],
+            analysis.metadata.graph_values(out_leaves, signature.user_outputs), bases,
         )
         state["graph"] = True
         return [from_functional(o) for o in outs]
