@@ -277,9 +277,10 @@ def f(a, w):
     )
 
 
-def test_stale_view_of_restrided_root_still_refused():
-    """Fuzz seed 412052: the root was re-strided by as_strided_ (it no longer spans its
-    storage), so as_strided of it is not known to name eager's elements: a clear refusal."""
+def test_stale_view_of_restrided_root_is_eagers():
+    """Fuzz seed 412052: the root, an intermediate, was re-strided by as_strided_ (it no
+    longer spans its storage) after it spanned it as eager's: as_strided of it names eager's
+    elements (formerly refused; tests/test_stale_views_of_restrided_roots.py)."""
     res = run_case(
         '''
 def f(a, s, flag):
@@ -292,7 +293,7 @@ def f(a, s, flag):
         {'bases': [{'shape': [4, 1], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'value', 'value': -1.5}, {'kind': 'value', 'value': False}]},
         None, post=[], modes=['grad'], seed=12052,
     )
-    assert not res.ok and "aotgrad: unbind at" in res.report() and "addresses such a view by as_strided" in res.report()
+    assert res.ok, res.report()
 
 
 def test_fuzz_411141_write_through_view_of_base_unsqueezed_in_place():

@@ -1555,7 +1555,6 @@ def f(b):
     )
 
 
-@XFAIL("refused at compile time: t1 = t0.unsqueeze(3) is used after t0.as_strided_ re-laid out t0, whose functional value is not eager's storage (was: IndexError replaying the unsqueeze)")
 def test_unsqueeze_view_of_intermediate_replayed_after_as_strided_():
     """t1 = t0.unsqueeze(3) is taken before t0.as_strided_((1, 1), (2, 1), 7); eager keeps t1 as it was."""
     check_case(
@@ -2856,7 +2855,6 @@ def f(k, a):
     )
 
 
-@XFAIL("refused at compile time: t1 = t0.t() is used (unbind) once t0 was re-strided by as_strided_ onto part of its storage; eager addresses t1 by as_strided of t0, which aotgrad does only where the base spans its storage as eager's (core/stale_views.py)")
 def test_unbind_of_view_of_intermediate_restrided_by_as_strided_():
     """Fuzz seed 412052 (seed 410000 run)."""
     check_case(

@@ -210,6 +210,12 @@ class EagerViewGeometry(TorchFunctionMode):
         #: the mode that addresses stale views by ``as_strided`` of their base (entered
         #: inside this one: this one sees the calls it makes), whose rewrites are checked
         self.stale_uses: StaleViewUses | None = None
+        #: id(root) -> (the root; whether it addressed its storage as eager's when
+        #: ``as_strided_`` first re-strided it): an input or intermediate that
+        #: functionalization then records as an ``as_strided`` view of its own storage, whose
+        #: current geometry no longer tells how the storage is laid out
+        #: (:meth:`_restrided_root_addresses_storage_as_eager`)
+        self.restrided_roots: dict[int, tuple[torch.Tensor, bool]] = {}
         #: storage -> each view on it that ``as_strided_`` re-strided where a later write into
         #: the storage may not be exact (:meth:`_restride`)
         self.restrided: dict[StorageWeakRef, list[Restrided]] = {}
@@ -386,7 +392,48 @@ class EagerViewGeometry(TorchFunctionMode):
         values = (*used[0], *used[1], used[2])
         if any(type(v) is not int for v in values) or _geometry(shadow) != used:
             return False
-        return self._addresses_storage_as_eager(view._base)
+        return self._addresses_storage_as_eager(view._base) or self._restrided_root_addresses_storage_as_eager(view._base)
+
+    def _note_restrided_root(self, name: str, args: tuple) -> None:
+        """Before ``as_strided_`` re-strides a root (an input or intermediate functionalization
+        holds as its storage's base, no view of it), record whether it addresses its storage as
+        eager's (:meth:`_addresses_storage_as_eager`) then."""
+        if name != "as_strided_" or not args or not isinstance(args[0], FunctionalTensor):
+            return
+        root = args[0]
+        if id(root) in self.restrided_roots or functionalization.get_view_meta_sequence(root.elem):
+            return
+        self.restrided_roots[id(root)] = (root, self._addresses_storage_as_eager(root))
+
+    def _restrided_root_addresses_storage_as_eager(self, root: FunctionalTensor) -> bool:
+        """``root``, an intermediate, was its storage's base addressing the storage as eager's
+        when ``as_strided_`` first re-strided it (``restrided_roots``), and has been re-strided
+        only by ``as_strided_`` since: ``as_strided`` of it names storage offsets of that base, whose
+        layout a later write keeps (functionalization scatters it back by
+        ``as_strided_scatter``, laid out as the base), and its current functional geometry is
+        eager's. A read of ``root.as_strided`` then names eager's elements, and autograd's
+        ``AsStridedBackward0`` takes ``root``'s current geometry as its input's, as eager's
+        regenerated one does."""
+        entry = self.restrided_roots.get(id(root))
+        if entry is None or entry[0] is not root or not entry[1]:
+            return False
+        chain = functionalization.get_view_meta_sequence(root.elem)
+        if not chain or any(type(vm).__name__ not in _AS_STRIDED_VIEW_METAS for vm in chain):
+            return False
+        # an intermediate: the joint re-strides an input through its own alias of it, whose
+        # views StaleViewUses does not rewrite there (the traced autograd would replay them)
+        eager_shadow = self._root_shadow(root)
+        if eager_shadow is None:
+            return False
+        eager_geometry = _geometry(eager_shadow)
+        if any(type(v) is not int for v in (*eager_geometry[0], *eager_geometry[1], eager_geometry[2])):
+            return False
+        torch._sync(root)
+        value = torch._from_functional_tensor(root.elem)
+        return (
+            value.untyped_storage().nbytes() == eager_shadow.untyped_storage().nbytes()
+            and _same_addressing(eager_geometry, _geometry(value))
+        )
 
     def _addresses_storage_as_eager(self, root: FunctionalTensor) -> bool:
         """``root`` (an input or an intermediate, shadowed) is in eager its whole storage
@@ -615,6 +662,7 @@ class EagerViewGeometry(TorchFunctionMode):
         shadow = self._shadow(args[0]) if args else None
         with torch._C.DisableTorchFunction():  # the attribute reads are no program ops
             self._check_stale_view_rewrites()
+            self._note_restrided_root(_name_of(func), args)
             self._refuse_as_strided_of_relaid_root(_name_of(func), args)
             self._refuse_raising_replay(_name_of(func), args, kwargs)
         if shadow is None:
