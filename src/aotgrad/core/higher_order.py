@@ -157,33 +157,6 @@ def differentiable_nodes(joint: fx.GraphModule, primal_requires_grad: Sequence[b
     return diff
 
 
-def output_input_dependencies(gm: fx.GraphModule) -> tuple[frozenset[int], ...]:
-    """For each output of ``gm`` (a forward graph), the placeholders (by order) eager's
-    autograd records it as a function of: through floating values, not through ``detach``
-    nodes, ``no_grad`` regions where marked (``NO_GRAD``), random ops or outputs autograd
-    never records.
-    (Eager's backward from that output reaches those inputs, with zeros where a formula's
-    gradient is no function of the incoming one: ``pow(x, 0)``.)"""
-    deps: dict[fx.Node, frozenset[int]] = {}
-    k = 0
-    for n in gm.graph.nodes:
-        if n.op == "placeholder":
-            deps[n] = frozenset((k,))
-            k += 1
-        elif n.op == "call_function":
-            if (
-                n.meta.get(NO_GRAD) or n.target is torch.ops.aten.detach.default or _is_random(n)
-                or _nondifferentiable_output(n) or not _floating(n.meta.get("val"))
-            ):
-                continue  # (a forward graph's detach is the program's: the joint's are its saved values)
-            acc: frozenset[int] = frozenset()
-            for a in _value_reads(n):
-                acc |= deps.get(a, frozenset())
-            if acc:
-                deps[n] = acc
-    return tuple(deps.get(o, frozenset()) if isinstance(o, fx.Node) else frozenset() for o in graph_outputs(gm))
-
-
 def differentiable_backward_graph(
     joint: fx.GraphModule,
     num_fwd_outputs: int,

@@ -33,7 +33,7 @@ from .aliasing import InputAliasing, outputs_on_call_inputs, plan_input_aliasing
 from .analysis import Analysis, analyze, reject_inplace_on_leaves
 from .cache import EntryStore, StoredEntry
 from .frontend import EntryGuard, InputLayout, layout_for
-from .higher_order import DifferentiableBackward, output_input_dependencies
+from .higher_order import DifferentiableBackward
 from .layout import eager_layouts, restriding
 from .metadata import OutputType, ViewAndMutationMetadata
 from .provenance import SourceMarks
@@ -452,19 +452,25 @@ def _stored_entry_primals(call: _AnalyzedCall, stored: StoredEntry) -> list[Any]
     return _primals(call.fake_inputs, call.fake_mode)
 
 
+#: ``bw_module.meta`` key of the joint's ``tangent_reach``, kept with the stored graphs
+_TANGENT_REACH = "aotgrad_tangent_reach"
+
+
 def _grad_tangent_deps(
-    fw_module: torch.fx.GraphModule, bw_module: torch.fx.GraphModule, signature: GraphSignature
+    bw_module: torch.fx.GraphModule, tangent_reach: tuple[frozenset[int], ...], signature: GraphSignature
 ) -> tuple[frozenset[int], ...]:
     """Per gradient of a graph input (or new leaf), the tangents whose absence (autograd's
-    None) leaves it None (``BackwardSpec.grad_tangent_deps``): those the backward graph reads
-    for it, and those of the forward outputs eager's autograd records as functions of that
-    input. Eager's backward from such an output reaches the input with a tensor even where
-    the formula's value reads no incoming gradient (``pow(x, 0)``: zeros; fuzz seed 2015710)."""
+    None) leaves it None (``BackwardSpec.grad_tangent_deps``): those of the forward outputs
+    from which eager's autograd graph reaches that input (``JointGraph.tangent_reach``), as
+    the joint recorded it, and those the backward graph reads for it. Eager's backward from
+    such an output gives the input a tensor even where the formula's value reads no
+    incoming gradient (``pow(x, 0)``: zeros; fuzz seed 2015710), and none where its graph
+    does not reach the input whatever the traced ops' data flow (a view the program took
+    under no_grad, which functionalization regenerates from its base: fuzz seed 4006405)."""
     n = signature.num_graph_inputs + signature.num_leaf_slots
     read = grad_tangent_dependencies(bw_module)[:n]
-    recorded = output_input_dependencies(fw_module)
     return tuple(
-        deps | frozenset(k for k, p in enumerate(signature.tangents) if i in recorded[p])
+        deps | frozenset(k for k, reached in enumerate(tangent_reach) if i in reached)
         for i, deps in enumerate(read)
     )
 
@@ -495,6 +501,7 @@ def _compile_training(
             fw_module, bw_module = config.partition_fn(
                 joint_gm, [joint.primals, joint.tangents], num_fwd_outputs=num_fwd_outputs
             )
+        bw_module.meta[_TANGENT_REACH] = joint.tangent_reach
     else:
         # the joint graph is decoded when someone looks at it (_CachedEntry)
         joint_gm, fw_module, bw_module = None, stored.graphs["forward"], stored.graphs["backward"]
@@ -542,7 +549,7 @@ def _compile_training(
         grads_in_use_layout=() if call.input_aliasing is not None else tuple(
             (i, *info.grad_layout_at_use) for i, info in enumerate(md.input_info) if info.grad_layout_at_use
         ),
-        grad_tangent_deps=_grad_tangent_deps(fw_module, bw_module, signature),
+        grad_tangent_deps=_grad_tangent_deps(bw_module, bw_module.meta[_TANGENT_REACH], signature),
         differentiable=DifferentiableBackward(
             lambda: trace_joint(
                 call.program, call.analysis, call.fake_inputs, call.fake_mode, config.trace_decompositions,

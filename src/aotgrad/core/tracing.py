@@ -254,6 +254,10 @@ class JointGraph:
     signature: GraphSignature
     primals: list[torch.Tensor]
     tangents: list[torch.Tensor]
+    #: per tangent, the gradients (graph inputs, then new leaves, by position) that eager's
+    #: autograd graph, as the joint recorded it, reaches from its forward output
+    #: (:func:`reached_inputs`); empty for an output whose gradient the joint leaves out
+    tangent_reach: tuple[frozenset[int], ...] = ()
 
 
 def trace_joint(
@@ -321,6 +325,11 @@ def trace_joint(
             if slot_flips:
                 wrt.extend(leaves.made[k] for k in slot_flips)
                 wrt_positions.extend(range(len(f_primals), len(f_primals) + len(slot_flips)))
+            reach = reached_inputs(diff_outs, wrt)
+            found_reach.append(tuple(
+                frozenset(wrt_positions[j] for j in reach[kept.index(k)]) if k in kept else frozenset()
+                for k in range(len(tangent_positions))
+            ))
             if diff_outs and wrt:
                 computed = torch.autograd.grad(
                     diff_outs, wrt, [f_tangents[k] for k in kept], allow_unused=True, create_graph=create_graph
@@ -333,6 +342,7 @@ def trace_joint(
         return [[from_functional(o) for o in fw_outs], [from_functional(g) for g in grads] + new_values]
 
     found: list[tuple[int, ...]] = []
+    found_reach: list[tuple[frozenset[int], ...]] = []
     try:
         gm = _trace(joint, (primals, tangents), decompositions, fake_mode, lazy=True)
     except AotgradCompileError as exc:
@@ -351,7 +361,7 @@ def trace_joint(
                 mark_tangents(gm.graph, len(primals))
                 if found and found[-1]:
                     signature = replace(signature, backward_mutated_inputs=found[-1])
-                return JointGraph(gm, signature, primals, tangents)
+                return JointGraph(gm, signature, primals, tangents, found_reach[-1])
             refused = frozenset()
         # autograd's own error in the backward formula: no user frame on its stack
         line = _forward_line_of_failing_gradient(lambda: _trace(joint, (primals, tangents), decompositions, fake_mode, lazy=True))
@@ -363,7 +373,47 @@ def trace_joint(
     mark_tangents(gm.graph, len(primals))
     if found and found[-1]:
         signature = replace(signature, backward_mutated_inputs=found[-1])
-    return JointGraph(gm, signature, primals, tangents)
+    return JointGraph(gm, signature, primals, tangents, found_reach[-1])
+
+
+def reached_inputs(outputs: list[Any], inputs: list[Any]) -> tuple[frozenset[int], ...]:
+    """For each of ``outputs``, the positions in ``inputs`` (tensors requiring grad, as
+    ``autograd.grad`` takes them) whose node its recorded autograd graph reaches
+    (``grad_fn``, then ``next_functions``; a leaf's node is its ``AccumulateGrad``, a
+    non-leaf's its ``grad_fn``): eager's backward from that output gives each of them a
+    tensor, zeros where a formula reads no incoming gradient (``pow(x, 0)``), and none of
+    the others anything. A view made under no_grad, a ``detach()`` or a random op cuts the
+    graph as it cut eager's, whatever the traced ops' data flow."""
+    leaf_position = {id(t): k for k, t in enumerate(inputs) if t.grad_fn is None}
+    node_position = {t.grad_fn: k for k, t in enumerate(inputs) if t.grad_fn is not None}
+    reach: dict[Any, frozenset[int]] = {}
+    for out in outputs:
+        root = getattr(out, "grad_fn", None)
+        # iterative post-order: a node's reach is its children's, computed first
+        stack: list[tuple[Any, bool]] = [] if root is None else [(root, False)]
+        while stack:
+            node, children_done = stack.pop()
+            if node in reach:
+                continue
+            if type(node).__name__ == "AccumulateGrad":
+                k = leaf_position.get(id(node.variable))
+                reach[node] = frozenset() if k is None else frozenset((k,))
+                continue
+            own = frozenset((node_position[node],)) if node in node_position else frozenset()
+            children = [n for n, _ in node.next_functions if n is not None]
+            if children_done:
+                for n in children:
+                    own |= reach[n]
+                reach[node] = own
+            else:
+                stack.append((node, True))
+                stack.extend((n, False) for n in children if n not in reach)
+    return tuple(
+        reach[out.grad_fn] if out.grad_fn is not None
+        else frozenset((leaf_position[id(out)],)) if id(out) in leaf_position  # (the input itself)
+        else frozenset()
+        for out in outputs
+    )
 
 
 def _refused_positions(md: ViewAndMutationMetadata) -> frozenset[int]:
