@@ -452,3 +452,66 @@ def test_write_with_grad_through_a_view_of_a_root_without_grad(members, write):
         impl=harness.aotgrad_impl,
         seed=9,
     )
+
+
+# Called under no_grad, a program that writes into a detach()ed member and then records ops
+# on the members requiring grad in an enable_grad region (fuzz seeds 3001389, 3008402): the
+# members regenerated from the synthetic base must carry their history as the caller's do,
+# not as views made under no_grad (whose use after the write raised "A view was created in
+# no_grad mode ... modified inplace").
+MEMBERS_UNDER_NO_GRAD = {
+    **ROOT_VIEWS_AND_DETACHED,
+    "x.detach(), x, x": lambda x: (x.detach(), x, x),
+    "x.detach(), x.detach(), x": lambda x: (x.detach(), x.detach(), x),
+}
+GRAD_REGION_AFTER_DETACHED_WRITE = {
+    "copy_ into the detached member": lambda d: d.copy_(d * 2),
+    "mul_ of the detached member": lambda d: d.mul_(3),
+    "write through a view of it": lambda d: d.reshape(-1)[0:1].fill_(1.0),
+}
+
+
+@pytest.mark.parametrize("leaf", [True, False], ids=["leaf root", "non-leaf root"])
+@pytest.mark.parametrize("write", sorted(GRAD_REGION_AFTER_DETACHED_WRITE))
+@pytest.mark.parametrize("members", sorted(MEMBERS_UNDER_NO_GRAD))
+def test_grad_region_after_write_into_detached_member_under_no_grad(members, write, leaf):
+    def f(a, b, c):
+        GRAD_REGION_AFTER_DETACHED_WRITE[write](next(t for t in (a, b, c) if not t.requires_grad))
+        with torch.enable_grad():
+            return a * 2, b.sum() * c.sum()
+
+    def make():
+        x = torch.randn(3, 3, requires_grad=True)
+        return MEMBERS_UNDER_NO_GRAD[members](x if leaf else x * 1)
+
+    check(f, make, grad_mode=False)
+
+
+# The same under no_grad, the write into the detach()ed member itself recorded by autograd
+# (an operand requiring grad, in an enable_grad region): eager gives the caller's tensor a
+# history of its own, which the compiled call copies in (was: the copy was made without
+# history, the input came back as a leaf; with the member regenerated as a view made in
+# no_grad mode it raised instead, fuzz seed 3011967). A member that the caller made as a
+# view in no_grad mode raises eager's error when written with grad on.
+RECORDED_WRITES = {
+    "mul_": lambda d, r: d.mul_(r.sum()),
+    "copy_": lambda d, r: d.copy_(d * r.sum()),
+    "add_ through a select": lambda d, r: d.select(0, 0).add_(r.sum()),
+}
+
+
+@pytest.mark.parametrize("write", sorted(RECORDED_WRITES))
+@pytest.mark.parametrize("members", sorted(MEMBERS_UNDER_NO_GRAD))
+def test_recorded_write_into_detached_member_under_no_grad(members, write):
+    def f(a, b, c):
+        d = next(t for t in (a, b, c) if not t.requires_grad)
+        r = next(t for t in (a, b, c) if t.requires_grad)
+        with torch.enable_grad():
+            RECORDED_WRITES[write](d, r)
+            return a.sum() * 1, d * 1
+
+    def make():
+        with torch.enable_grad():  # views made with grad on, as a caller outside no_grad makes them
+            return MEMBERS_UNDER_NO_GRAD[members](torch.randn(3, 3, requires_grad=True))
+
+    check(f, make, grad_mode=False)

@@ -78,6 +78,10 @@ class SyntheticBase:
     #: a view of that root that does not require grad (the root does not) is no separate
     #: family; its recorded mutation rebases the root's history, as in eager
     member_in_source_family: tuple[bool, ...] = ()
+    #: per member, whether the caller's tensor is no view made in no_grad mode (a leaf, a
+    #: non-view, or a view made with grad on): regenerated with grad on, so that, as the
+    #: caller's, it may be used with grad on after a write into its storage
+    member_made_with_grad: tuple[bool, ...] = ()
 
     def make(self, call_inputs: list[torch.Tensor]) -> torch.Tensor:
         """The base for this call (the caller's real tensors)."""
@@ -89,7 +93,13 @@ class SyntheticBase:
         # gradient only to the view's own elements, so the root's other elements (reached
         # through other members, e.g. the root itself) would get none.
         size, stride, offset = self.base_view
-        return root.as_strided(size, stride, offset)
+        # Made with grad mode on, whatever the caller's: members made with grad on
+        # (member_made_with_grad) stand for caller's tensors that carry their history in
+        # every mode, so the base must not be a view made in no_grad mode, which autograd
+        # forbids to use with grad on after a write into its storage (fuzz seeds 3001389,
+        # 3008402: a write into a detach()ed member).
+        with torch.enable_grad():
+            return root.as_strided(size, stride, offset)
 
     def __repr__(self) -> str:
         how = "common ._base" if self.common_base else f"as_strided over the storage of input {self.source_member}"
@@ -171,13 +181,15 @@ class InputAliasing:
                 # through it onto the base.
                 source = base._base if _same_geometry_alias(base) else base
                 families = b.member_in_source_family or (False,) * len(b.members)
-                for m, view, replay, rg, in_family in zip(b.members, b.member_views, b.replay, b.member_requires_grad, families):
-                    if replay:
-                        member = templates[m]._view_func_unsafe(source)
-                    elif b.common_base and view == b.base_view and templates[m]._base is None:
+                with_grad = b.member_made_with_grad or (False,) * len(b.members)
+                for m, view, replay, rg, in_family, grad_on in zip(
+                    b.members, b.member_views, b.replay, b.member_requires_grad, families, with_grad
+                ):
+                    if not replay and b.common_base and view == b.base_view and templates[m]._base is None:
                         member = base
                     else:
-                        member = source.as_strided(*view)
+                        with torch.set_grad_enabled(grad_on if rg else torch.is_grad_enabled()):
+                            member = templates[m]._view_func_unsafe(source) if replay else source.as_strided(*view)
                     separate = not rg and (member.requires_grad or not (b.common_base or in_family))
                     if separate and not replay and overlaps_itself(*view[:2]):
                         # detached before the as_strided: the member's ._base is then the
@@ -190,8 +202,11 @@ class InputAliasing:
             leaves, spec = program(*call_inputs)
             if not extras:
                 return leaves, spec
-            # a fresh tensor each (no alias of the base): the runtime copies it in
-            new_values = [torch.as_strided_copy(members[m], *original[m]) for m in extras]
+            # a fresh tensor each (no alias of the base): the runtime copies it in; with grad
+            # on, whatever the caller's mode, to keep the history of a write that eager's
+            # autograd recorded in an enable_grad() region
+            with torch.enable_grad():
+                new_values = [torch.as_strided_copy(members[m], *original[m]) for m in extras]
             return pytree.tree_flatten((pytree.tree_unflatten(leaves, spec), new_values))
 
         return program_over_bases
@@ -250,6 +265,11 @@ def _groups(call_inputs: list[torch.Tensor], metadata: ViewAndMutationMetadata) 
         )
     )
     return groups
+
+
+def _made_with_grad(t: torch.Tensor) -> bool:
+    """``t`` is no view made in no_grad mode (see ``SyntheticBase.member_made_with_grad``)."""
+    return t._base is None or torch._C._autograd._get_creation_meta(t) != torch._C._autograd.CreationMeta.NO_GRAD_MODE
 
 
 def _overlaps(t: torch.Tensor) -> bool:
@@ -346,6 +366,7 @@ def plan_input_aliasing(
             SyntheticBase(
                 tuple(group), common, source, base_view, views, replay,
                 tuple(call_inputs[i].requires_grad for i in group), separate, in_family,
+                tuple(_made_with_grad(call_inputs[i]) for i in group),
             )
         )
         merged.update(group)
