@@ -575,3 +575,225 @@ def test_as_strided_of_a_stale_view_whose_chain_has_an_as_strided_is_refused():
     x = torch.randn(3, 4, requires_grad=True)
     with pytest.raises(aotgrad.AotgradCompileError, match=r"as_strided at .*as_strided\(\(3,\)"):
         aotgrad.aot_function(f, nop)(x, x[:, 1:])
+
+
+# ---- as_strided after other views, written through (issue 12, "view chain of length N") ----
+# Functionalization refuses a write through a chain whose as_strided is not its first view;
+# its record of such a view is re-rooted as one as_strided of the storage's root at the write
+# (EagerRewrites._reroot_before_write), autograd left as eager's.
+
+#: the view the as_strided is taken of, from a 4x4 root (storage offsets 0..15)
+PRIOR_VIEWS = {
+    "slice": lambda t: t[1:],
+    "select": lambda t: t.select(0, 1),
+    "transpose": lambda t: t.t(),
+    "view": lambda t: t.view(2, 8),
+    "reshape": lambda t: t.reshape(16),
+    "unsqueeze": lambda t: t.unsqueeze(0),
+    "expand": lambda t: t[1:2].expand(3, 4),
+    "detach": lambda t: t.detach()[1:],
+    "diagonal": lambda t: t.diagonal(),
+    "unbind": lambda t: t.unbind(0)[1],
+    "slice_of_slice": lambda t: t[1:][:, 1:],
+}
+
+#: writes into the as_strided view ``y`` (2x2 at offsets 5, 6, 9, 10 of the root)
+WRITES = {
+    "mul_": lambda y: y.mul_(2),
+    "sigmoid_": lambda y: y.sigmoid_(),
+    "copy_": lambda y: y.copy_(torch.arange(4.0).view(2, 2)),
+    "setitem": lambda y: y.__setitem__(0, 3.0),
+    "slice_after": lambda y: y[1:].add_(1),
+}
+
+_INSIDE = ((2, 2), (4, 1), 5)
+
+#: prior views whose elements (of the 4x4 root) do not hold all of ``_INSIDE``'s
+_ESCAPING_PRIORS = frozenset({"select", "diagonal", "expand"})
+
+
+def _refused_or_as_eager(f, make, refused: bool, line: str) -> None:
+    """Where ``refused``, compiling ``f`` raises AotgradCompileError naming ``line``: a write
+    autograd records through an as_strided reaching outside the view it was taken of, whose
+    backward (``CopySlices`` replaying that view chain on the gradient) functionalization
+    refuses; else ``f`` behaves as eager."""
+    if not refused:
+        check(f, make)
+        return
+    with pytest.raises(aotgrad.AotgradCompileError, match=line):
+        aotgrad.aot_function(f, nop)(*make())
+
+
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["plain", "grad"])
+@pytest.mark.parametrize("write", sorted(WRITES))
+@pytest.mark.parametrize("prior", sorted(PRIOR_VIEWS))
+def test_write_through_as_strided_after_a_view_of_an_intermediate(prior, write, requires_grad):
+    """Every kind of view before the as_strided, several writes, both grad modes: the chain's
+    root is a tensor the program made; the root and the as_strided view are returned (their
+    gradients, values, view-ness and a later write into them compared with eager)."""
+
+    def f(x):
+        t = x * 1
+        y = PRIOR_VIEWS[prior](t).as_strided(*_INSIDE)
+        WRITES[write](y)
+        return t, y
+
+    make = lambda: (torch.randn(4, 4, requires_grad=requires_grad),)  # noqa: E731
+    _refused_or_as_eager(f, make, requires_grad and prior in _ESCAPING_PRIORS, r"test_as_strided_chains.py:\d+ in <lambda>")
+
+
+@pytest.mark.parametrize("write", sorted(WRITES))
+@pytest.mark.parametrize("prior", sorted(PRIOR_VIEWS))
+def test_write_through_as_strided_after_a_view_of_an_input(prior, write):
+    """The root is an input (its caller's whole storage): the write reaches the caller's tensor."""
+
+    def f(a):
+        y = PRIOR_VIEWS[prior](a).as_strided(*_INSIDE)
+        WRITES[write](y)
+        return y.sum(), a
+
+    check(f, lambda: (torch.randn(4, 4),))
+
+
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["plain", "grad"])
+@pytest.mark.parametrize("prior", ["slice", "transpose", "diagonal", "select"])
+def test_write_through_as_strided_after_a_view_of_an_offset_input(prior, requires_grad):
+    """The root is an input at a storage offset (a slice of its caller's storage, a non-leaf
+    where it requires grad): as_strided offsets name the caller's storage; the input gets a
+    synthetic base, over which the write is exact."""
+
+    def f(a):
+        y = PRIOR_VIEWS[prior](a).as_strided((2, 2), (4, 1), 9)  # offsets 9, 10, 13, 14
+        y.mul_(2)
+        return y, a * 1
+
+    def make():
+        x = torch.randn(5, 4, requires_grad=requires_grad)
+        return ((x * 1 if requires_grad else x)[1:],)
+
+    _refused_or_as_eager(f, make, requires_grad and prior in ("select", "diagonal"), "y.mul_")
+
+
+def test_write_through_as_strided_past_an_offset_input():
+    """An as_strided of a view of a sliced input naming elements of the caller's storage
+    before the input: the input addresses its storage (a synthetic base over it)."""
+
+    def f(a):
+        y = a.t().as_strided((2,), (1,), 0)
+        y.mul_(2)
+        return a * 1
+
+    check(f, lambda: (torch.randn(5, 4)[1:],))
+
+
+#: roots that functionalization records as a view of a temporary (``_unsafe_view``)
+FRESH_ROOTS = {
+    "bmm": lambda b: b @ b.mT,  # (3, 4, 4): matmul folds into bmm and views its result
+    "matmul_3d_2d": lambda b: (b @ torch.ones(4, 4)),
+    "reshape_copy": lambda b: b.mT.reshape(3, 4, 4),
+}
+
+
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["plain", "grad"])
+@pytest.mark.parametrize("write", sorted(WRITES))
+@pytest.mark.parametrize("root", sorted(FRESH_ROOTS))
+def test_write_through_as_strided_of_a_matmul_result(root, write, requires_grad):
+    """``t0 = b @ b.mT; t1 = t0.as_strided(...); t1[1:2].mul_(x)`` (fuzz seeds 3002622,
+    4003661): the as_strided of the matmul's result is the first view of its chain."""
+
+    def f(b):
+        t0 = FRESH_ROOTS[root](b)
+        y = t0.as_strided(*_INSIDE)
+        WRITES[write](y)
+        z = t0[1].as_strided((3,), (1,), 20)  # a view of it, then as_strided
+        z.add_(1)
+        return t0, y, z
+
+    check(f, lambda: (torch.randn(3, 4, 4, requires_grad=requires_grad),))
+
+
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["plain", "grad"])
+def test_write_through_as_strided_of_a_view_of_a_matmul_result(requires_grad):
+    def f(b, w):
+        t0 = b @ b.mT
+        y = t0[1:].as_strided((2,), (1,), 17)
+        y.mul_(w.sum())
+        return t0.sin(), y
+
+    check(f, lambda: (torch.randn(3, 2, 2, requires_grad=requires_grad), torch.randn(2, requires_grad=requires_grad)))
+
+
+@pytest.mark.parametrize("grad_write", [False, True], ids=["no_grad_write", "grad_write"])
+@pytest.mark.parametrize("geometry", [((3, 3), (6, 1), 0), ((2,), (4,), 3), ((2, 2), (1, 4), 1)], ids=str)
+def test_write_through_as_strided_reaching_outside_the_view(geometry, grad_write):
+    """The as_strided names elements outside the view it was taken of (fuzz seed 4003543):
+    eager's gradient of it stays within the view's elements until the write regenerates its
+    history off the base; autograd is left as eager's, only functionalization's record changes."""
+
+    def f(b, w):
+        t0 = b + 1
+        t1 = t0.select(1, 3)
+        t2 = t1.as_strided(*geometry)
+        if grad_write:
+            t2.mul_(w.sum())
+        else:
+            with torch.no_grad():
+                t2.sigmoid_()
+        return t0, t2
+
+    make = lambda: (torch.randn(4, 4, requires_grad=True), torch.randn(2, requires_grad=True))  # noqa: E731
+    # (the second geometry, offsets 3 and 7, lies within the column: taken off the base)
+    _refused_or_as_eager(f, make, grad_write and geometry[2] != 3, r"t2.mul_")
+
+
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["plain", "grad"])
+def test_as_strided_of_a_view_of_a_detached_alias_of_a_matmul_result(requires_grad):
+    """``t2 = (a.mT @ a).detach(); t2.narrow(...).as_strided(...)[0] = 1`` (fuzz seed 4007738)."""
+
+    def f(a):
+        t0 = a.mT @ a
+        t2 = t0.detach()
+        t4 = t2.narrow(1, 0, 1).as_strided((1, 1), (1, 0), 0)
+        t4[0] = 1.0
+        return t0, t2 * 1
+
+    check(f, lambda: (torch.randn(4, 2, requires_grad=requires_grad),))
+
+
+def test_as_strided_of_a_detached_member_of_aliased_inputs():
+    """A ``detach()`` of a ``detach()``ed input aliased with written inputs (fuzz seed 7000586)."""
+
+    def f(a, b, c):
+        t0 = c.detach()
+        c.add_(t0)
+        t4 = t0.as_strided((2, 2), (2, 1), 0)
+        a.clamp_(-0.5, 0.5)
+        t4.neg_()
+        return t0 * 1, b
+
+    def make():
+        x = torch.randn(4, 2)
+        return (x, x.detach(), x)
+
+    check(f, make)
+
+
+@pytest.mark.parametrize("then", ["read", "view_written", "root_written"])
+def test_views_after_a_rerooted_as_strided(then):
+    """Views taken of the as_strided view before and after the write keep being written and
+    read as eager's; a second write through the root afterwards."""
+
+    def f(x):
+        t = x * 1
+        y = t[1:].as_strided((2, 2), (4, 1), 5)
+        before = y[0]
+        y.mul_(2)
+        after = y[:, 1]
+        if then == "view_written":
+            before.add_(1)
+            after.mul_(3)
+        elif then == "root_written":
+            t.add_(1)
+        return t, y, before, after
+
+    check(f, lambda: (torch.randn(4, 4, requires_grad=True),))

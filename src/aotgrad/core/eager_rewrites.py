@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import weakref
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch._C._functionalization as functionalization
@@ -114,7 +114,9 @@ class EagerRewrites(TorchFunctionMode):
     In-place ops keep the written tensor's layout (:func:`_keeping_layout`).
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self, reroot_is_exact: Callable[[FunctionalTensor, list[FunctionalTensor]], bool] | None = None
+    ) -> None:
         super().__init__()
         #: the program has used a tensor whose size-1 dims have strides a contiguous tensor
         #: would not have: the kernels then lay out what they compute from it otherwise than
@@ -131,6 +133,14 @@ class EagerRewrites(TorchFunctionMode):
         #: gradient of the view stays within its old elements, as functionalization's own
         #: record replays it), and the views taken of them since, with their root
         self.pending_rebases: dict[StorageWeakRef, list[tuple[FunctionalTensor, FunctionalTensor]]] = {}
+        #: storage → (view, root) for the views whose functionalization chain has an
+        #: ``as_strided`` step after its first, and the views taken of them, until a write
+        #: through one of them (:meth:`_reroot_before_write`)
+        self.strided_views: dict[StorageWeakRef, list[tuple[FunctionalTensor, FunctionalTensor]]] = {}
+        #: whether a write through views re-recorded as ``as_strided`` of a root writes
+        #: eager's elements (the analysis's eager layouts decide); None: the trace after the
+        #: analysis, which decided so
+        self.reroot_is_exact = reroot_is_exact
 
     def _rebase_before_write(self, func, args: tuple, kwargs: dict) -> None:
         """Before a write into a storage with views whose rebase waits (``pending_rebases``),
@@ -185,7 +195,7 @@ class EagerRewrites(TorchFunctionMode):
         ):
             return None
         _, source, as_strided, v, a, kw = entry
-        return _as_strided_of_detached(as_strided, v, source, a, kw)
+        return _as_strided_of_detached(as_strided, v, source, a, kw, self._detached_source)
 
     def _detached_source(self, v: Any) -> torch.Tensor | None:
         """The tensor ``v`` was ``detach()``ed from in the program, where ``v`` is that alias."""
@@ -201,13 +211,81 @@ class EagerRewrites(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if self.strided_views:
+            self._reroot_before_write(func, args, kwargs)
         if not self.pending_rebases:
-            return self._rewritten(func, types, args, kwargs)
-        self._rebase_before_write(func, args, kwargs)
-        out = self._rewritten(func, types, args, kwargs)
-        if args:
-            self._note_pending_views(args[0], out)
+            out = self._rewritten(func, types, args, kwargs)
+        else:
+            self._rebase_before_write(func, args, kwargs)
+            out = self._rewritten(func, types, args, kwargs)
+            if args:
+                self._note_pending_views(args[0], out)
+        _own_roots(args, kwargs, out)
+        if args and type(args[0]) is FunctionalTensor:
+            self._note_strided_views(func, args[0], out)
         return out
+
+    def _note_strided_views(self, func, source: FunctionalTensor, out: Any) -> None:
+        """Note the views ``func`` made of ``source`` whose functionalization chain has an
+        ``as_strided`` step after its first (:meth:`_reroot_before_write`), with the root
+        their record may start at instead (:func:`storage_root`); and give a fresh tensor
+        recorded as a functionalization-only view of a temporary its own record."""
+        with torch._C.DisableTorchFunction():
+            storage = StorageWeakRef(source.untyped_storage())
+            for t in pytree.tree_leaves(out):
+                if type(t) is not FunctionalTensor or t is source:
+                    continue
+                if StorageWeakRef(t.untyped_storage()) != storage:
+                    continue
+                noted = self.strided_views.get(storage, [])
+                if any(v is t for v, _ in noted):
+                    continue
+                root = next((r for v, r in noted if v is source), None)
+                if root is None:
+                    if func not in _AS_STRIDED or not _as_strided_after_first(t):
+                        continue
+                    root = storage_root(t, self._detached_source)
+                    if root is None:
+                        continue
+                self.strided_views.setdefault(storage, []).append((t, root))
+
+    def _reroot_before_write(self, func, args: tuple, kwargs: dict) -> None:
+        """Before an in-place write through a view noted by :meth:`_note_strided_views` (or
+        a view of one), record every such view of its storage as ``root.as_strided`` of its
+        geometry (:func:`rebase_restrided_view`): functionalization refuses a write through
+        a chain whose ``as_strided`` is not its first view ("as_strided() is
+        non-compositional"); as one ``as_strided`` of the root it scatters into (a copy of)
+        the root, at the storage locations eager's ``as_strided`` offsets name. Only where
+        ``root`` still starts its chain, of the views' dtype (else functionalization's
+        refusal stands), and where (in the analysis) ``reroot_is_exact``: else refused.
+
+        Not before: until the storage is written eager's view keeps the history it was made
+        with (an ``AsStridedBackward0`` of the view it was taken of, whose gradient stays
+        within that view's elements, and its creation's standing: no_grad, multi-output),
+        which functionalization's own record replays for a returned view; a write bumps the
+        storage's version, and eager regenerates each view's history as ``as_strided`` off
+        the base, as the new record replays it."""
+        for written in _written(func, args, kwargs):
+            with torch._C.DisableTorchFunction():
+                storage = StorageWeakRef(written.untyped_storage())
+                noted = self.strided_views.get(storage)
+                if not noted or not any(v is written for v, _ in noted):
+                    continue
+                root = noted[0][1]
+                if functionalization.get_view_meta_sequence(root.elem) or any(v.dtype != root.dtype for v, _ in noted):
+                    continue
+                if self.reroot_is_exact is not None and not self.reroot_is_exact(root, [v for v, _ in noted]):
+                    raise AotgradCompileError(
+                        f"aotgrad: in-place {getattr(func, '__name__', func)} at {current_user_line()} "
+                        "writes through an as_strided view taken of a view (a slice, a matmul result, "
+                        "a detach()ed alias), into a tensor the traced program lays out otherwise than "
+                        "eager's storage (a sliced, expanded or non-contiguous input, or one an in-place "
+                        "op re-laid out): its offsets would name other elements. Take as_strided of a "
+                        "clone(), or of the tensor that owns the storage."
+                    )
+                del self.strided_views[storage]
+            for v, r in noted:
+                rebase_restrided_view(v, r)
 
     def _rewritten(self, func, types, args: tuple, kwargs: dict):
         # eager's per-dtype kernel errors, which no functional op raises (core/kernel_checks.py)
@@ -419,7 +497,9 @@ def _keeping_layout(root: FunctionalTensor, func, args: tuple, kwargs: dict, *, 
     the shape environment cannot prove equal count as another layout), or ``root`` has a
     size-1 dim and ``size1_unknown`` (the kernels' strides there may not be the trace's, see
     :class:`EagerRewrites`), or ``root`` is empty: the graph then gets ``copy(empty_like(old value), new value)``,
-    laid out at run time as the kernels laid out the old value (size-1 dims included).
+    laid out at run time as the kernels laid out the old value (size-1 dims included); where
+    the old value is not dense (static strides, no overlap: an input ``x[:, ::2]``),
+    ``copy(empty_strided(its size, its strides), new value)``.
     ``root``'s views are regenerated off the new value. Autograd sees nothing of it (the
     same values)."""
     with torch._C.DisableTorchFunction():
@@ -437,8 +517,13 @@ def _keeping_layout(root: FunctionalTensor, func, args: tuple, kwargs: dict, *, 
         # of an empty diagonal keeps its strides in eager, meta makes them contiguous)
         empty = any(type(n) is int and n == 0 for n in old.shape)
         with disable_functional_mode(), torch.no_grad():
-            like = torch.empty_like(old)
-            target = old.stride() if dense else like.stride()
+            # a non-dense old value (an input sliced with a step, say; static strides) keeps
+            # its own strides, as eager's tensor does: empty_like would lay it out densely, and
+            # the ops on it afterwards follow its layout (size-1 dims included)
+            like = torch.empty_like(old) if dense else torch.empty_strided(
+                tuple(old.shape), tuple(old.stride()), dtype=old.dtype, device=old.device
+            )
+            target = old.stride()
             if _known_equal(new.stride(), target) and not (size1_unknown and size1) and not empty:
                 return out  # the unused empty_like is dropped with the trace's dead code
             relaid = torch.ops.aten.copy.default(like, new)
@@ -461,7 +546,55 @@ def rebase_restrided_view(v: FunctionalTensor, root: FunctionalTensor) -> None:
     v.elem = aliased.elem
 
 
-def _as_strided_of_detached(func, v: torch.Tensor, source: torch.Tensor, args: tuple, kwargs: dict) -> torch.Tensor:
+def _as_strided_after_first(t: FunctionalTensor) -> bool:
+    """``t``'s functionalization chain has an ``as_strided`` step after its first."""
+    chain = functionalization.get_view_meta_sequence(t.elem)
+    return any(type(vm).__name__ == "as_strided_ViewMeta" for vm in chain[1:])
+
+
+def storage_root(t: FunctionalTensor, detached_source: Callable[[Any], torch.Tensor | None]) -> FunctionalTensor | None:
+    """The functional tensor that starts the view chain of ``t``'s storage, reached through
+    autograd bases and the program's ``detach()``ed aliases (``detached_source``: the tensor
+    such an alias was taken of); None where the chain leads to no tensor that starts its own
+    chain (a view of a tensor functionalization made internally)."""
+    while functionalization.get_view_meta_sequence(t.elem):
+        base = t._base if t._base is not None else detached_source(t)
+        if type(base) is not FunctionalTensor:
+            return None
+        t = base
+    return t
+
+
+def _own_roots(args: tuple, kwargs: dict, out: Any) -> None:
+    """Record each tensor in ``out`` that functionalization holds as a view of a temporary
+    the op made internally (``matmul``'s ``_unsafe_view`` of its ``bmm``/``mm`` result or
+    ``squeeze_`` of it, ``reshape``'s ``_unsafe_view`` of a copy; no autograd view, no
+    storage of an argument) as the root of its own storage: nothing else reaches the
+    temporary, so the new record names the same storage locations, and a chain from the
+    tensor starts at it (an ``as_strided`` of it is the first view of its chain, as
+    functionalization requires of a write through one; fuzz seeds 3002622, 4003661,
+    7008097)."""
+    with torch._C.DisableTorchFunction():
+        fresh = [
+            t for t in pytree.tree_leaves(out)
+            if type(t) is FunctionalTensor and t._base is None and functionalization.get_view_meta_sequence(t.elem)
+        ]
+        if not fresh:
+            return
+        taken = {
+            StorageWeakRef(a.untyped_storage())
+            for a in pytree.tree_leaves((args, kwargs)) if type(a) is FunctionalTensor
+        }
+        for t in fresh:
+            if StorageWeakRef(t.untyped_storage()) not in taken:
+                t.elem = torch._to_functional_tensor(_value(t))
+
+
+
+def _as_strided_of_detached(
+    func, v: torch.Tensor, source: torch.Tensor, args: tuple, kwargs: dict,
+    detached_source: Callable[[Any], torch.Tensor | None],
+) -> torch.Tensor:
     """``v.as_strided(*args, **kwargs)`` of ``v = source.detach()`` as
     ``source.as_strided(...).detach()``: the same elements of the same storage, without
     history, for a write into the former to go through (:meth:`EagerRewrites._write_proxy`).
@@ -470,14 +603,21 @@ def _as_strided_of_detached(func, v: torch.Tensor, source: torch.Tensor, args: t
     non-compositional", fuzz seeds 422519, 422630); taken off ``source``'s root (its
     ``_base``, where the dtype is the same) it starts the chain, and the program's own view
     of ``v`` (kept as it is, so its ``_base`` is eager's) reads the write from the shared
-    storage. The storage offset is made explicit: ``v``'s own when the view was taken."""
+    storage. The storage offset is made explicit: ``v``'s own when the view was taken.
+    ``source`` is followed through ``detach()``ed aliases too (``detached_source``: a
+    ``detach()`` of a ``detach()``ed member of a synthetic base, fuzz seed 7000586)."""
     size, stride, offset = _bind(args, kwargs, ("size", "stride", "storage_offset"), (None,))
     if offset is None:
         with torch._C.DisableTorchFunction():
             offset = v.storage_offset()
     # (history is cut, so the view may start at the base whatever autograd records)
-    while source._base is not None and source._base.dtype == source.dtype:
-        source = source._base
+    while True:
+        if source._base is not None and source._base.dtype == source.dtype:
+            source = source._base
+        elif (further := detached_source(source)) is not None:
+            source = further
+        else:
+            break
     with torch.no_grad():
         return func(source, size, stride, offset).detach()
 

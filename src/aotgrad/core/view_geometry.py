@@ -435,6 +435,29 @@ class EagerViewGeometry(TorchFunctionMode):
             and _same_addressing(eager_geometry, _geometry(value))
         )
 
+    def reroot_is_exact(self, root: FunctionalTensor, views: list[FunctionalTensor]) -> bool:
+        """Whether a write scattered into (a copy of) ``root`` through ``views`` recorded as
+        ``root.as_strided`` of their geometry (``EagerRewrites._reroot_before_write``) writes
+        eager's elements: ``root`` addresses its storage as eager's
+        (:meth:`_addresses_storage_as_eager`); or ``root`` is an input not laid out as its
+        caller's whole storage and every view addresses only the input's own elements, as
+        eager lays them out: the input then gets a synthetic base, whose run decides
+        (``restrided_partial_storages``; this run's values are not used)."""
+        if self._addresses_storage_as_eager(root):
+            return True
+        storage = StorageWeakRef(root.untyped_storage())
+        owner = self._shadow(root)
+        own = _addressed(*_geometry(owner)) if owner is not None else None
+        if own is None or storage not in self.partial_input_storages:
+            return False
+        for v in views:
+            shadow = self._shadow(v)
+            named = _addressed(*_geometry(shadow)) if shadow is not None else None
+            if named is None or not named <= own:
+                return False
+        self.restrided_partial_storages.add(storage)
+        return True
+
     def _addresses_storage_as_eager(self, root: FunctionalTensor) -> bool:
         """``root`` (an input or an intermediate, shadowed) is in eager its whole storage
         (offset 0, dense), and functionalization's value of it addresses a storage of that
