@@ -267,6 +267,14 @@ def _groups(call_inputs: list[torch.Tensor], metadata: ViewAndMutationMetadata) 
     return groups
 
 
+def _written_or_readdressed(info: Any) -> bool:
+    """The input's data is written, or it is addressed by storage and its geometry changes
+    (``as_strided_`` past its own extent: functionalization holds only the input's elements,
+    the synthetic base the caller's whole storage; view_geometry's
+    ``EagerViewGeometry._restride_left_to_base_run``)."""
+    return info.mutates_data or (info.addresses_storage and info.mutates_metadata)
+
+
 def _made_with_grad(t: torch.Tensor) -> bool:
     """``t`` is no view made in no_grad mode (see ``SyntheticBase.member_made_with_grad``)."""
     return t._base is None or torch._C._autograd._get_creation_meta(t) != torch._C._autograd.CreationMeta.NO_GRAD_MODE
@@ -301,7 +309,7 @@ def plan_input_aliasing(
     bases: list[SyntheticBase] = []
     merged: set[int] = set()
     for group in _groups(call_inputs, metadata):
-        if not any(metadata.input_info[i].mutates_data for i in group):
+        if not any(_written_or_readdressed(metadata.input_info[i]) for i in group):
             continue  # nothing written: aliasing cannot be observed inside the graph
         if len({call_inputs[i].dtype for i in group}) != 1:
             raise AotgradCompileError(

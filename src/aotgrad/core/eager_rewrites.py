@@ -257,7 +257,9 @@ class EagerRewrites(TorchFunctionMode):
         non-compositional"); as one ``as_strided`` of the root it scatters into (a copy of)
         the root, at the storage locations eager's ``as_strided`` offsets name. Only where
         ``root`` still starts its chain, of the views' dtype (else functionalization's
-        refusal stands), and where (in the analysis) ``reroot_is_exact``: else refused.
+        refusal stands), and where (in the analysis) ``reroot_is_exact``: else refused;
+        in a trace without it, where ``root``'s value is its whole storage laid out as the
+        program's tensor (:func:`_addresses_own_storage`), else functionalization refuses.
 
         Not before: until the storage is written eager's view keeps the history it was made
         with (an ``AsStridedBackward0`` of the view it was taken of, whose gradient stays
@@ -274,6 +276,8 @@ class EagerRewrites(TorchFunctionMode):
                 root = noted[0][1]
                 if functionalization.get_view_meta_sequence(root.elem) or any(v.dtype != root.dtype for v, _ in noted):
                     continue
+                if self.reroot_is_exact is None and not _addresses_own_storage(root):
+                    continue  # (the trace after the analysis: leave functionalization's refusal)
                 if self.reroot_is_exact is not None and not self.reroot_is_exact(root, [v for v, _ in noted]):
                     raise AotgradCompileError(
                         f"aotgrad: in-place {getattr(func, '__name__', func)} at {current_user_line()} "
@@ -550,6 +554,19 @@ def _as_strided_after_first(t: FunctionalTensor) -> bool:
     """``t``'s functionalization chain has an ``as_strided`` step after its first."""
     chain = functionalization.get_view_meta_sequence(t.elem)
     return any(type(vm).__name__ == "as_strided_ViewMeta" for vm in chain[1:])
+
+
+def _addresses_own_storage(root: FunctionalTensor) -> bool:
+    """``root``'s functional value is its whole storage (offset 0, dense, static) laid out as
+    the program's tensor ``root``: an ``as_strided`` offset names the same element of both."""
+    with torch._C.DisableTorchFunction():
+        value = _value(root)
+        if not _static(value) or not _static(root) or value.storage_offset() != 0 or root.storage_offset() != 0:
+            return False
+        return (
+            is_non_overlapping_and_dense_or_false(value) and tuple(value.stride()) == tuple(root.stride())
+            and value.untyped_storage().nbytes() == value.numel() * value.element_size()
+        )
 
 
 def storage_root(t: FunctionalTensor, detached_source: Callable[[Any], torch.Tensor | None]) -> FunctionalTensor | None:

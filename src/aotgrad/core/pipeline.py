@@ -407,9 +407,16 @@ def _relaid_out_storage(call: _AnalyzedCall, placeholders: list[torch.fx.Node]) 
     storages = {
         StorageWeakRef(call.fake_inputs[i].untyped_storage()) for i, x in enumerate(inputs) if x.mutates_metadata
     }
+    # a synthetic base with a member whose metadata the program changes (the run over bases
+    # sees the member as a view of the base, not as an input)
+    merged = call.input_aliasing
+    members_relaid = set() if merged is None else {
+        placeholders[len(merged.unmerged) + k] for k, b in enumerate(merged.bases)
+        if any(call.call_analysis.metadata.input_info[i].mutates_metadata for i in b.members)
+    }
     if not storages:
-        return set()
-    return {
+        return members_relaid
+    return members_relaid | {
         placeholders[i] for i, t in enumerate(call.fake_inputs[: len(placeholders)])
         if isinstance(t, torch.Tensor) and StorageWeakRef(t.untyped_storage()) in storages
     }

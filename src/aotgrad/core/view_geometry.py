@@ -163,6 +163,11 @@ class Restrided(NamedTuple):
     #: ``EagerViewGeometry.restrided_partial_storages``; other elements of the caller's
     #: storage would not get their gradient through it)
     within_input: bool = False
+    #: ``within_input`` though the new layout reaches outside the input's elements: the
+    #: storage has no autograd history (``EagerViewGeometry.unrecorded_partial_storages``);
+    #: a write autograd records into it is refused (the gradient of the locations outside
+    #: the input is not expressed through the synthetic base's write back)
+    outside_input: bool = False
 
 
 class EagerViewGeometry(TorchFunctionMode):
@@ -228,6 +233,12 @@ class EagerViewGeometry(TorchFunctionMode):
         #: not used then; the run over the base, a graph input that is its whole storage,
         #: refuses what is not exact there)
         self.restrided_partial_storages: set[StorageWeakRef] = set()
+        #: of the partial input storages, those without autograd history (neither the input
+        #: nor its caller's root requires grad): the synthetic base over the caller's root
+        #: holds every location ``as_strided_`` can name, and no gradient is owed to the
+        #: locations outside the input, so the run over it decides any re-stride of a tensor
+        #: on them (within the input's elements or not, past its extent too)
+        self.unrecorded_partial_storages: set[StorageWeakRef] = set()
         with _disable_current_modes():
             for f, fake in inputs:
                 storage = torch.empty(
@@ -238,6 +249,8 @@ class EagerViewGeometry(TorchFunctionMode):
                     self.covering_inputs.add(id(f))
                 elif mergeable:
                     self.partial_input_storages.setdefault(StorageWeakRef(f.untyped_storage()), self.shadows[id(f)][1])
+                    if not _has_history(fake):
+                        self.unrecorded_partial_storages.add(StorageWeakRef(f.untyped_storage()))
 
     def _as_strided_of_merged_input(self, name: str, args: tuple, kwargs: dict) -> tuple | None:
         """The arguments to run ``as_strided`` (out of place) of a re-laid-out input with in
@@ -251,6 +264,8 @@ class EagerViewGeometry(TorchFunctionMode):
         only has to stay within the functional storage: eager's arguments where they do, else a
         contiguous layout at offset 0; None where neither fits (the caller refuses)."""
         t = args[0]
+        if name == "as_strided_":
+            return self._restride_left_to_base_run(args, kwargs)
         if name != "as_strided" or id(t) in self.covering_inputs:
             return None
         named = as_strided_geometry(t, args[1:], kwargs)
@@ -270,6 +285,30 @@ class EagerViewGeometry(TorchFunctionMode):
             return None
         contiguous = tuple(math.prod(size[k + 1:]) for k in range(len(size)))
         return (t, size, contiguous, 0)
+
+    def _restride_left_to_base_run(self, args: tuple, kwargs: dict) -> tuple | None:
+        """The arguments to run ``args[0].as_strided_(*args[1:], **kwargs)`` with in this run,
+        where the tensor is an input not laid out as its caller's storage, without autograd history
+        (``unrecorded_partial_storages``) that functionalization cannot re-stride as eager
+        does (the input re-laid out by an in-place op, or the new layout past its extent);
+        None elsewhere (the caller refuses).
+
+        The storage is left to the run over a synthetic base for the input
+        (``restrided_partial_storages``: merged where the input's data or geometry changes,
+        ``aliasing._groups``): that base is the caller's root, whose functional value holds
+        every location eager's offsets name, and the input's member view of it is rebased
+        there (``rebased_root``). This run's values are not used then, so the layout only
+        has to fit the functional storage, as for :meth:`_as_strided_of_merged_input`."""
+        t = args[0]
+        storage = StorageWeakRef(t.untyped_storage())
+        # (the input itself: its own geometry change merges it even where no data is written;
+        # a view's or a detach()ed alias's would not)
+        if not self._without_history(t) or t._base is not None or functionalization.get_view_meta_sequence(t.elem):
+            return None
+        in_bounds = self._as_strided_of_merged_input("as_strided", args, kwargs)
+        if in_bounds is not None:
+            self.restrided_partial_storages.add(storage)
+        return in_bounds
 
     def _shadow(self, t: Any) -> torch.Tensor | None:
         entry = self.shadows.get(id(t)) if isinstance(t, FunctionalTensor) else None
@@ -606,7 +645,9 @@ class EagerViewGeometry(TorchFunctionMode):
         it needs nothing: the new layout stays within the tensor's own data
         (:func:`restrides_within`), or the tensor is an intermediate (its own storage)."""
         v = args[0]
-        if type(v) is not FunctionalTensor or restrides_within(v, args[1:], kwargs):
+        if type(v) is not FunctionalTensor or (
+            restrides_within(v, args[1:], kwargs) and not self._view_of_offset_input(v)
+        ):
             return None
         line = current_user_line()
         owner = self.partial_input_storages.get(StorageWeakRef(v.untyped_storage()))
@@ -614,9 +655,11 @@ class EagerViewGeometry(TorchFunctionMode):
         new_elements = _addressed(*named) if named is not None else None
         own_elements = _addressed(*_geometry(owner)) if owner is not None else None
         within = new_elements is not None and own_elements is not None and new_elements <= own_elements
+        outside = not within and self._without_history(v)
+        within = within or outside
         root = rebased_root(v, args[1:], kwargs)
         if root is not None:
-            return Restrided(line, root=root, within_input=within)
+            return Restrided(line, root=root, within_input=within, outside_input=outside)
         if v._base is None and not functionalization.get_view_meta_sequence(v.elem):
             if self._shadow(v) is None:
                 return None  # an intermediate: its own storage, no view on it to replay
@@ -626,7 +669,22 @@ class EagerViewGeometry(TorchFunctionMode):
                 # value, which keeps its layout through scatters
                 counter = None if _scatters_into(v) else torch._functionalize_mutation_counter(v.elem)
                 return Restrided(line, is_input=True, unscatterable_at=counter)
-        return Restrided(line, within_input=within)
+        return Restrided(line, within_input=within, outside_input=outside)
+
+    def _view_of_offset_input(self, v: FunctionalTensor) -> bool:
+        """``v`` is a view of an input that starts past its storage's start (``x[1:][:]``):
+        functionalization replays an ``as_strided_`` of it at its absolute offset on the
+        base's value, which an in-place op replaces by one laid out from offset 0, where
+        that offset names other elements (``x[1:]`` written afterwards: the view read other
+        elements, silently). A write into the storage is left to the run over a synthetic
+        base for the input (:meth:`_check_restrided`)."""
+        base = v._base
+        return base is not None and self._shadow(base) is not None and base.storage_offset() != 0
+
+    def _without_history(self, t: FunctionalTensor) -> bool:
+        """``t`` is on a partial input storage without autograd history
+        (``unrecorded_partial_storages``) and has none itself yet."""
+        return StorageWeakRef(t.untyped_storage()) in self.unrecorded_partial_storages and not t.requires_grad
 
     def _check_restrided(self, name: str, written: FunctionalTensor | None, restrided: list[Restrided]) -> None:
         """Refuse a write (``name``, into ``written``) into a storage with a view re-strided by
@@ -654,7 +712,9 @@ class EagerViewGeometry(TorchFunctionMode):
                 or entry.unscatterable_at != torch._functionalize_mutation_counter(written.elem)
             ):
                 continue
-            if entry.within_input and storage in self.partial_input_storages:
+            if entry.within_input and storage in self.partial_input_storages and not (
+                entry.outside_input and written.requires_grad
+            ):
                 self.restrided_partial_storages.add(storage)
                 continue
             raise AotgradCompileError(
@@ -711,7 +771,9 @@ class EagerViewGeometry(TorchFunctionMode):
                     "op on it): its offsets and strides would name other elements. Take as_strided "
                     "before the in-place op, or of a clone()."
                 )
-        if name == "as_strided_" and _past_functional_storage(args, kwargs, shadow):
+        if name == "as_strided_" and _past_functional_storage(args, kwargs, shadow) and (
+            (call_args := self._restride_left_to_base_run(args, kwargs)) is None
+        ):
             raise AotgradCompileError(
                 f"aotgrad: as_strided_ at {current_user_line()} re-strides an input (or a view or "
                 "detach()ed alias of one) onto elements of the caller's storage past the input's "
@@ -1032,6 +1094,12 @@ def _covers_storage(t: torch.Tensor) -> bool:
         and t.is_contiguous()
         and t.numel() * t.element_size() == t.untyped_storage().nbytes()
     )
+
+
+def _has_history(t: torch.Tensor) -> bool:
+    """``t`` (a caller's tensor, faked) or its root (``._base``) requires grad: eager's
+    gradient reaches the root's storage locations, also those outside ``t``."""
+    return t.requires_grad or (t._base is not None and t._base.requires_grad)
 
 
 def _relaid_out(t: FunctionalTensor, shadow: torch.Tensor) -> bool:
