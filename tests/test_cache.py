@@ -547,3 +547,122 @@ def test_hit_makes_fake_inputs_only_where_read_and_matches_eager(tmp_path, debug
                 torch.testing.assert_close(x.grad, ex.grad)
                 assert w.shape == ew.shape and w.stride() == ew.stride()
                 torch.testing.assert_close(w, ew.detach())
+
+
+def test_hit_decodes_no_node_and_makes_no_fake_value(tmp_path, debug_log, monkeypatch):
+    # a hit with aotgrad's nop compiler builds its runtime from what the entry stores beside
+    # the graphs: no node is decoded, no fake tensor made; reading the graphs afterwards
+    # gives the cold compile's nodes (test_second_process_hits_and_matches_cold compares them)
+    made = []
+    real = cache._FakeTable._fake
+    monkeypatch.setattr(cache._FakeTable, "_fake", lambda self, *a: made.append(a) or real(self, *a))
+    entry = _hit(_compiled_sin_mul(), tmp_path, debug_log)
+    assert made == []
+    assert all("_graph" not in vars(gm) for gm in entry.graphs.values())
+    assert [n.op for n in entry.graphs["forward"].graph.nodes][0] == "placeholder"
+    assert "_graph" in vars(entry.graphs["forward"]) and "_graph" not in vars(entry.graphs["backward"])
+
+
+def test_undecoded_graph_modules_copy_pickle_and_recompile_as_graph_modules(tmp_path, debug_log):
+    # every way of reaching a stored graph module's graph decodes it first: deepcopy,
+    # copy, pickling, print_readable, recompile, boxed-call check, torch's graph pickler;
+    # the results are those of the cold compile's graph module
+    import copy
+    import pickle
+
+    fn = _compiled_sin_mul()
+    cold = aotgrad.aot_function(fn, compilers.nop, cache=tmp_path)
+    _call(cold)
+    cold_fw = cold.entries[0].graphs["forward"]
+    x, y = torch.randn(4, 3), torch.randn(4, 3)
+    expected = cold_fw(x, y)
+    readers = {
+        "deepcopy": lambda gm: copy.deepcopy(gm),
+        "copy": lambda gm: copy.copy(gm),
+        "pickle": lambda gm: pickle.loads(pickle.dumps(gm)),
+        "print_readable": lambda gm: (gm.print_readable(print_output=False), gm)[1],
+        "recompile": lambda gm: (gm.recompile(), gm)[1],
+        "graph": lambda gm: (gm.graph.lint(), gm)[1],
+        "boxed": lambda gm: (gm._boxed_call, gm)[1],
+    }
+    for name, read in readers.items():
+        fw = _hit(fn, tmp_path, debug_log).graphs["forward"]
+        assert "_graph" not in vars(fw)
+        got, want = read(fw), read(cold_fw)  # (pickling retraces the code: new node names)
+        assert isinstance(got, torch.fx.GraphModule), name
+        assert got.code == want.code, name
+        assert [(n.op, n.name, n.target) for n in got.graph.nodes] == [
+            (n.op, n.name, n.target) for n in want.graph.nodes
+        ], name
+        torch.testing.assert_close(got(x, y), expected, rtol=0, atol=0)
+    from torch.fx._graph_pickler import GraphPickler
+
+    fw = _hit(fn, tmp_path, debug_log).graphs["forward"]
+    assert "primals_1" in GraphPickler.dumps(fw).decode("latin-1")
+
+
+def test_stored_graph_module_is_built_as_graph_modules_are(tmp_path, debug_log):
+    # a stored graph module is set up without GraphModule's constructor: it must hold the
+    # same instance attributes, and its class the same members, as one built by it
+    entry = _hit(_compiled_sin_mul(), tmp_path, debug_log)
+    reference = torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph(), "GraphModule")
+    for gm in entry.graphs.values():
+        assert set(vars(gm)) - {"_load_graph"} == set(vars(reference)) - {"_graph"}
+        assert set(vars(type(gm))) == set(vars(type(reference)))
+        assert type(gm).__name__ == "GraphModule"
+    fw = entry.graphs["forward"]
+    # the stored code object runs as the source compiled under its own name: tracebacks
+    # and inspect find the lines
+    import inspect
+    import linecache
+
+    assert inspect.getsource(fw.forward).startswith("def forward(")
+    filename = fw.forward.__code__.co_filename
+    assert filename.startswith("<eval_with_key>")
+    assert linecache.getline(filename, fw.forward.__code__.co_firstlineno).lstrip().startswith("def forward(")
+
+
+def test_source_hash_is_remembered_by_file_stats(tmp_path, monkeypatch):
+    # the hash of aotgrad's sources is remembered in the cache directory with the sources'
+    # stats: read back while they match, recomputed (and rewritten) when they do not or
+    # the memo is unreadable
+    monkeypatch.setattr(cache, "_SOURCE_HASH", None)
+    real = cache._aotgrad_source_hash()
+    memo = tmp_path / cache._SOURCE_HASH_MEMO
+    assert not memo.exists()
+    monkeypatch.setattr(cache, "_SOURCE_HASH", None)
+    assert cache._aotgrad_source_hash(tmp_path) == real and memo.exists()
+    stats, remembered = memo.read_text().split()
+    assert remembered == real
+    for text in (f"{stats} another-hash", f"{'0' * 64} another-hash", "garbage", ""):
+        memo.write_text(text)
+        monkeypatch.setattr(cache, "_SOURCE_HASH", None)
+        got = cache._aotgrad_source_hash(tmp_path)
+        if text.startswith(stats):
+            assert got == "another-hash"  # the stats match: the memo is trusted
+        else:
+            assert got == real and memo.read_text().split() == [stats, real]
+
+
+def test_registered_hooks_are_keyed(tmp_path, debug_log):
+    # empty hook tables are left out of the key (nn.Module has ~11 per module); a hook
+    # registered on a submodule is in it, and runs in the retrace
+    model = nn.Sequential(nn.Tanh(), nn.ReLU())  # (no parameters: a graph with constants is not stored)
+
+    def fn(x):
+        return model(x)
+
+    x = torch.randn(2, 3)
+    expected = fn(x)
+    out = aotgrad.aot_function(fn, compilers.nop, cache=tmp_path)(x)
+    torch.testing.assert_close(out, expected)
+    handle = model[0].register_forward_hook(lambda m, args, out: out * 2)
+    debug_log.clear()
+    out = aotgrad.aot_function(fn, compilers.nop, cache=tmp_path)(x)
+    assert _loads(debug_log) == 0
+    torch.testing.assert_close(out, fn(x))
+    handle.remove()
+    debug_log.clear()
+    out = aotgrad.aot_function(fn, compilers.nop, cache=tmp_path)(x)
+    assert _loads(debug_log) == 1
+    torch.testing.assert_close(out, expected)

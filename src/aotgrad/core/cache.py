@@ -46,6 +46,7 @@ import hashlib
 import importlib
 import io
 import logging
+import marshal
 import os
 import pickle
 import random
@@ -73,7 +74,7 @@ __all__ = ["EntryStore", "StoredEntry", "Uncacheable", "cache_location", "evict"
 log = logging.getLogger("aotgrad")
 
 #: bump when the stored layout changes (the aotgrad source hash changes anyway)
-FORMAT = 5
+FORMAT = 6
 _MAGIC = b"AOTGRAD-CACHE-1\n"
 
 
@@ -190,15 +191,61 @@ def _unlink(path: str) -> bool:
         return False
 
 
-@functools.cache
-def _aotgrad_source_hash() -> str:
-    """A hash of every aotgrad source file: any code change is a new version."""
-    root = Path(__file__).resolve().parent.parent
+#: the file in a cache directory where :func:`_aotgrad_source_hash` remembers its value
+_SOURCE_HASH_MEMO = "aotgrad-source-hash"
+#: this process's :func:`_aotgrad_source_hash` (the sources are read once)
+_SOURCE_HASH: str | None = None
+
+
+def _aotgrad_source_hash(memo_directory: Path | None = None) -> str:
+    """A hash of every aotgrad source file: any code change is a new version.
+
+    Reading and hashing the sources (~750 KB) takes ~1.5 ms, once per process. With
+    ``memo_directory`` (the cache's), the hash is remembered there beside a digest of every
+    source file's path, size and modification time (ns), and read back by a process that
+    finds the same stats (as Python's bytecode cache trusts them); a memo that cannot be
+    read or written only means hashing the sources."""
+    global _SOURCE_HASH
+    if _SOURCE_HASH is not None:
+        return _SOURCE_HASH
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sources = sorted((path[len(root) + 1:], st) for path, st in _source_files(root))
+    stats = hashlib.sha256(repr([(name, st.st_size, st.st_mtime_ns) for name, st in sources]).encode()).hexdigest()
+    memo = None if memo_directory is None else memo_directory / _SOURCE_HASH_MEMO
+    try:
+        remembered_stats, remembered = memo.read_text().split() if memo is not None else ("", "")
+        if remembered_stats == stats:
+            _SOURCE_HASH = remembered
+            return remembered
+    except (OSError, ValueError):
+        pass
     h = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        h.update(str(path.relative_to(root)).encode())
-        h.update(path.read_bytes())
-    return h.hexdigest()
+    for name, _ in sources:
+        h.update(name.encode())
+        with open(os.path.join(root, name), "rb") as f:
+            h.update(f.read())
+    _SOURCE_HASH = h.hexdigest()
+    if memo is not None:
+        try:
+            memo.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=memo.parent, prefix=".tmp-")
+            with os.fdopen(fd, "w") as f:
+                f.write(f"{stats} {_SOURCE_HASH}\n")
+            os.replace(tmp, memo)  # whole or absent for a concurrent reader
+        except OSError:
+            pass
+    return _SOURCE_HASH
+
+
+def _source_files(directory: str) -> list[tuple[str, os.stat_result]]:
+    """Every ``*.py`` file under ``directory`` with its stats."""
+    found = []
+    for entry in os.scandir(directory):
+        if entry.is_dir(follow_symlinks=False) and entry.name != "__pycache__":
+            found.extend(_source_files(entry.path))
+        elif entry.name.endswith(".py"):
+            found.append((entry.path, entry.stat()))
+    return found
 
 
 def versions() -> tuple[str, ...]:
@@ -258,17 +305,26 @@ class Fingerprint:
 
     def __init__(self) -> None:
         self._h = hashlib.sha256()
+        #: tokens not yet fed to the hash (fed in one piece: ~2000 tokens per key)
+        self._tokens: list[str] = []
         self._seen: dict[int, int] = {}
         self._keep: list[Any] = []  # keeps ids stable while fingerprinting
         self._storages: dict[tuple[int, int], int] = {}
         self.state_modules: set[int] = set()
 
     def hexdigest(self) -> str:
+        self._feed_tokens()
         return self._h.hexdigest()
 
     def token(self, *parts: Any) -> None:
-        self._h.update(repr(parts).encode())
-        self._h.update(b"\x00")
+        self._tokens.append(repr(parts))
+
+    def _feed_tokens(self) -> None:
+        """Feed the tokens so far to the hash, each followed by a NUL (which no ``repr`` holds)."""
+        if self._tokens:
+            self._tokens.append("")
+            self._h.update("\x00".join(self._tokens).encode())
+            self._tokens.clear()
 
     def add(self, obj: Any, where: str = "value") -> None:
         t = type(obj)
@@ -378,6 +434,7 @@ class Fingerprint:
             # the bytes themselves into the key's SHA-256 (with the CPUs' SHA extensions ~2x
             # blake2b's speed: a hit hashes every parameter a function closes over)
             self.token("data", data.numel())
+            self._feed_tokens()
             self._h.update(data.numpy())
 
     def input_tensor(self, t: torch.Tensor, where: str) -> None:
@@ -483,6 +540,8 @@ class Fingerprint:
                     else:
                         self.add(item, f"{where}.{key}")
                 continue
+            if not value and name.startswith("_") and "hook" in name:
+                continue  # nn.Module's empty hook tables (~11 a module): no hook, as without them
             self.token("attr", name)
             self.add(value, f"{where}.{name}")
 
@@ -646,18 +705,35 @@ class StoredEntry:
     #: per graph kind, what its compiler asked to keep (the ``cache_artifact`` of the
     #: compiled callable: plain values; pipeline._compile_graph hands it back)
     compiler_artifacts: dict[str, Any] = field(default_factory=dict)
-    #: the forward compiler's example inputs as the cold compile faked the call's inputs
-    #: (plain fake leaves, made from their stored descriptions), None where not stored
-    primals: list[Any] | None = None
+    #: what the pipeline read off the graphs when it compiled them (the runtime is built
+    #: from it, so that a hit decodes no node: :class:`_StoredGraphModule`)
+    facts: Any = None
+    #: per graph kind, its compiler's example inputs as stored (:meth:`example_inputs`)
+    examples: dict[str, Any] = field(default_factory=dict)
+    #: the fake tensors of the entry's payload (the examples' among them)
+    fakes: _FakeTable | None = None
+
+    def example_inputs(self, kind: str) -> list[Any] | None:
+        """The example inputs the cold compile gave the compiler of the ``kind`` graph, None
+        where not stored. Their fake tensors are made now (each one object with the same
+        value in the graphs' metadata)."""
+        value = self.examples.get(kind)
+        if type(value) is _Deferred:
+            assert self.fakes is not None
+            return _made(value.template, self.fakes)
+        return None if value is None else list(value)
 
     def fits(self, training: bool) -> bool:
         """Whether it holds the graphs an entry of this kind is built from."""
         needed = ("forward", "backward") if training else ("inference",)
-        return all(name in self.graphs for name in needed) and (self.joint_payload is not None) == training
+        return (
+            all(name in self.graphs for name in needed) and (self.joint_payload is not None) == training
+            and self.facts is not None
+        )
 
     def joint(self) -> torch.fx.GraphModule:
         """The joint graph (training entries), decoded now."""
-        _, graphs = _loads_graphs(self.joint_payload, self.fake_mode)
+        _, graphs, _, _ = _loads_graphs(self.joint_payload, self.fake_mode)
         return graphs["joint"]
 
 
@@ -674,36 +750,54 @@ _PICKLED_AS_IS = frozenset({
 })
 
 
-class _Pickler(pickle.Pickler):
-    """Pickles graphs: nodes by position (in node arguments only: a node in metadata is
-    refused), fake tensors by number in :attr:`fake_table` (their metadata, storage sharing
-    kept; one fake tensor met again, as the graphs' metadata shares them, has its first
-    number: it loads as one object, as it was), ops by name; refuses real tensors and
-    symbolic values."""
+class _FakeNumbering:
+    """The fake tensors met while storing one payload, numbered in order of first sight: one
+    fake tensor met again (the graphs' metadata shares them) has its first number and loads
+    as one object, as it was. Each is described once (:meth:`describe`, storage sharing
+    kept) in :attr:`table`, which is stored beside the pickles and loaded first
+    (:class:`_FakeTable`)."""
 
-    def __init__(self, file: io.BytesIO) -> None:
-        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self.nodes: dict[torch.fx.Node, int] = {}
+    def __init__(self) -> None:
         self.storages: dict[StorageWeakRef, int] = {}
         #: id of each fake tensor numbered so far → its number (the tensors are kept alive
         #: in ``self.fakes`` so that an id is never reused meanwhile)
-        self.fake_numbers: dict[int, int] = {}
+        self.numbers: dict[int, int] = {}
         self.fakes: list[FakeTensor] = []
-        #: the description of fake tensor number k (:meth:`_describe`), stored beside the
-        #: pickle and loaded first (:class:`_FakeTable`)
-        self.fake_table: list[tuple] = []
-        self.in_meta = False
+        #: the description of fake tensor number k
+        self.table: list[tuple] = []
 
-    def fake_number(self, t: Any) -> int:
-        """The number of fake tensor ``t`` in :attr:`fake_table` (described at first sight)."""
+    def number(self, t: Any) -> int:
+        """The number of fake tensor ``t`` (described at first sight)."""
         if type(t) is not FakeTensor:
             raise Uncacheable(f"a {type(t).__name__} in a graph's metadata")
-        number = self.fake_numbers.get(id(t))
+        number = self.numbers.get(id(t))
         if number is None:
-            number = self.fake_numbers[id(t)] = len(self.fakes)
+            number = self.numbers[id(t)] = len(self.fakes)
             self.fakes.append(t)
-            self.fake_table.append(self._describe(t))
+            self.table.append(self.describe(t))
         return number
+
+    def describe(self, t: FakeTensor) -> tuple:
+        if t._is_view() or t.grad_fn is not None or t.constant is not None or t.is_conj() or t.is_neg():
+            raise Uncacheable("a fake value that is a view, has a grad_fn or a constant")
+        if t.layout is not torch.strided:
+            raise Uncacheable(f"a {t.layout} fake value")
+        storage = t.untyped_storage()
+        sid = self.storages.setdefault(StorageWeakRef(storage), len(self.storages))
+        return (sid, storage.nbytes(), tuple(t.shape), t.stride(), t.storage_offset(), t.dtype, t.device, t.requires_grad)
+
+
+class _Pickler(pickle.Pickler):
+    """Pickles graphs: nodes by position in :attr:`nodes` (in node arguments only: a node
+    in metadata is refused), fake tensors by their number in ``fakes`` (a
+    :class:`_FakeNumbering` the pickles of one payload share), ops by name; refuses real
+    tensors and symbolic values."""
+
+    def __init__(self, file: io.BytesIO, fakes: _FakeNumbering) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.nodes: dict[torch.fx.Node, int] = {}
+        self.fakes = fakes
+        self.in_meta = False
 
     def persistent_id(self, obj: Any) -> Any:
         if type(obj) in _PICKLED_AS_IS:  # most objects: one set lookup
@@ -713,7 +807,7 @@ class _Pickler(pickle.Pickler):
                 raise Uncacheable(f"node {obj.name} in a node's metadata")
             return ("N", self.nodes[obj])
         if isinstance(obj, torch.Tensor):
-            return ("F", self.fake_number(obj))
+            return ("F", self.fakes.number(obj))
         if isinstance(obj, torch._ops.OpOverload):
             return ("O", obj.name())
         if isinstance(obj, types.ModuleType):  # a global of a graph's code (``torch``)
@@ -729,19 +823,10 @@ class _Pickler(pickle.Pickler):
             raise Uncacheable(f"a {type(obj).__name__} in a graph")
         return None
 
-    def _describe(self, t: FakeTensor) -> tuple:
-        if t._is_view() or t.grad_fn is not None or t.constant is not None or t.is_conj() or t.is_neg():
-            raise Uncacheable("a fake value that is a view, has a grad_fn or a constant")
-        if t.layout is not torch.strided:
-            raise Uncacheable(f"a {t.layout} fake value")
-        storage = t.untyped_storage()
-        sid = self.storages.setdefault(StorageWeakRef(storage), len(self.storages))
-        return (sid, storage.nbytes(), tuple(t.shape), t.stride(), t.storage_offset(), t.dtype, t.device, t.requires_grad)
-
 
 class _FakeTable:
-    """The fake tensors of one stored payload, made from their descriptions (the pickler's
-    ``fake_table``) when first asked for: number k is one object however often it is asked
+    """The fake tensors of one stored payload, made from their descriptions
+    (:attr:`_FakeNumbering.table`) when first asked for: number k is one object however often it is asked
     for, and fakes that shared a storage share one again."""
 
     def __init__(self, descriptions: list[tuple], fake_mode: FakeTensorMode) -> None:
@@ -810,7 +895,7 @@ _IMMUTABLE_LIST = torch.fx.immutable_collections.immutable_list
 _IMMUTABLE_DICT = torch.fx.immutable_collections.immutable_dict
 
 
-def _deferring(value: Any, pickler: _Pickler) -> Any:
+def _deferring(value: Any, fakes: _FakeNumbering) -> Any:
     """``value`` with its fake tensors replaced by :class:`_FakeRef` objects, as a
     :class:`_Deferred`; ``value`` itself where it holds none (in the walked containers)."""
     found = False
@@ -820,7 +905,7 @@ def _deferring(value: Any, pickler: _Pickler) -> Any:
         t = type(x)
         if t is FakeTensor:
             found = True
-            return _FakeRef(pickler.fake_number(x))
+            return _FakeRef(fakes.number(x))
         if t is tuple or t is list or t is _IMMUTABLE_LIST:
             return t(walk(y) for y in x)
         if t is dict or t is _IMMUTABLE_DICT:
@@ -965,32 +1050,48 @@ class _Unpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"unknown persistent id {kind!r}")
 
 
-def _dumps_graphs(extra: Any, graphs: dict[str, torch.fx.GraphModule], with_code: bool = False) -> bytes:
-    """``extra`` and the graphs: their nodes (op, name, target, args, kwargs, type) and, with
-    ``with_code``, their Python code as generated from those nodes (:func:`_stored_code`),
-    then every node's and graph's metadata; stored as (the fake tensors' descriptions, that
-    pickle). A node-metadata value holding fake tensors is stored :func:`_deferring` them
-    (made when read, :class:`_LazyMeta`)."""
+def _dumps_graphs(
+    extra: Any, graphs: dict[str, torch.fx.GraphModule], with_code: bool = False,
+    deferred: dict[str, Any] | None = None,
+) -> bytes:
+    """``extra`` and the graphs: per graph its class name, its own metadata, with
+    ``with_code`` its code (:func:`_stored_code`), and its nodes pickled apart
+    (:func:`_dumps_nodes`, decoded when the graph is read: :class:`_StoredGraphModule`);
+    then ``deferred``'s values, their fake tensors made when read (:func:`_deferring`);
+    stored as (the fake tensors' descriptions, which all of them share, that pickle)."""
+    fakes = _FakeNumbering()
+    stored = {}
+    for name, gm in graphs.items():
+        if type(gm.graph._codegen) is not torch.fx.graph.CodeGen:
+            raise Uncacheable(f"a graph with a {type(gm.graph._codegen).__name__}")
+        nodes = _dumps_nodes(gm.graph, fakes)
+        stored[name] = (type(gm).__name__, gm.meta, _stored_code(gm.graph) if with_code else None, nodes)
     with io.BytesIO() as stream:
-        pickler = _Pickler(stream)
-        structure = {}
-        metas = []
-        for name, gm in graphs.items():
-            if type(gm.graph._codegen) is not torch.fx.graph.CodeGen:
-                raise Uncacheable(f"a graph with a {type(gm.graph._codegen).__name__}")
-            nodes = []
-            for node in gm.graph.nodes:
-                if node.op in ("get_attr", "call_module"):
-                    raise Uncacheable(f"{node.op} {node.target} in a traced graph")
-                pickler.nodes[node] = len(pickler.nodes)
-                nodes.append((node.op, node.name, node.target, node.args, node.kwargs, node.type))
-                metas.append({key: _deferring(value, pickler) for key, value in node.meta.items()})
-            structure[name] = (type(gm).__name__, nodes, _stored_code(gm.graph) if with_code else None)
-            metas.append(gm.meta)
-        pickler.dump((extra, structure))
+        pickler = _Pickler(stream, fakes)
+        pickler.dump(extra)
+        pickler.in_meta = True  # (the graphs' own metadata holds no node)
+        pickler.dump(stored)
+        pickler.dump({key: _deferring(value, fakes) for key, value in (deferred or {}).items()})
+        return pickle.dumps((fakes.table, stream.getvalue()), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _dumps_nodes(graph: torch.fx.Graph, fakes: _FakeNumbering) -> bytes:
+    """The graph's nodes (op, name, target, args, kwargs, type; a node argument as its
+    position), then every node's metadata: a value holding fake tensors is stored
+    :func:`_deferring` them (made when read, :class:`_LazyMeta`)."""
+    with io.BytesIO() as stream:
+        pickler = _Pickler(stream, fakes)
+        records, metas = [], []
+        for node in graph.nodes:
+            if node.op in ("get_attr", "call_module"):
+                raise Uncacheable(f"{node.op} {node.target} in a traced graph")
+            pickler.nodes[node] = len(pickler.nodes)
+            records.append((node.op, node.name, node.target, node.args, node.kwargs, node.type))
+            metas.append({key: _deferring(value, fakes) for key, value in node.meta.items()})
+        pickler.dump(records)
         pickler.in_meta = True
         pickler.dump(metas)
-        return pickle.dumps((pickler.fake_table, stream.getvalue()), protocol=pickle.HIGHEST_PROTOCOL)
+        return stream.getvalue()
 
 
 def _resolve(x: Any, nodes: list[torch.fx.Node]) -> Any:
@@ -1011,66 +1112,166 @@ def _resolve(x: Any, nodes: list[torch.fx.Node]) -> Any:
     return x
 
 
-def _loads_graphs(payload: bytes, fake_mode: FakeTensorMode) -> tuple[Any, dict[str, torch.fx.GraphModule]]:
-    """:func:`_dumps_graphs` undone: the fake tensors ``extra`` and the graphs' own metadata
-    hold are made now, those of node metadata when read (:class:`_LazyMeta`)."""
-    descriptions, pickled = pickle.loads(payload)
-    fakes = _FakeTable(descriptions, fake_mode)
-    with io.BytesIO(pickled) as stream, warnings.catch_warnings():
+def _unpickled(payload: bytes, fakes: _FakeTable, count: int) -> list[Any]:
+    """The first ``count`` objects pickled into ``payload`` (fake tensors from ``fakes``)."""
+    with io.BytesIO(payload) as stream, warnings.catch_warnings():
         # torch's TreeSpec unpickling warns about its own deprecated LeafSpec
         warnings.simplefilter("ignore", FutureWarning)
         unpickler = _Unpickler(stream, fakes)
-        extra, structure = unpickler.load()
-        metas = iter(unpickler.load())
+        return [unpickler.load() for _ in range(count)]
+
+
+def _loads_nodes(payload: bytes, fakes: _FakeTable) -> torch.fx.Graph:
+    """:func:`_dumps_nodes` undone: a graph of those nodes, their metadata's fake values
+    made when read (:class:`_LazyMeta`)."""
+    records, metas = _unpickled(payload, fakes, 2)
+    graph = torch.fx.Graph()
     nodes: list[torch.fx.Node] = []
+    for (op, node_name, target, args, kwargs, type_), meta in zip(records, metas, strict=True):
+        node = graph.create_node(op, target, _resolve(args, nodes), _resolve(kwargs, nodes), node_name, type_)
+        if node.name != node_name:
+            raise pickle.UnpicklingError(f"node {node_name} came back as {node.name}")
+        if any(type(value) is _Deferred for value in meta.values()):
+            meta = _LazyMeta(meta, fakes)
+        node.meta = meta
+        nodes.append(node)
+    return graph
+
+
+def _loads_graphs(
+    payload: bytes, fake_mode: FakeTensorMode
+) -> tuple[Any, dict[str, torch.fx.GraphModule], Any, _FakeTable]:
+    """:func:`_dumps_graphs` undone: (extra, the graphs, deferred, the fake tensors). The
+    fake tensors ``extra`` and the graphs' own metadata hold are made now; a graph stored
+    with its code is decoded when read (:class:`_StoredGraphModule`), node metadata's fake
+    values when read (:class:`_LazyMeta`), and ``deferred``'s values are as
+    :func:`_deferring` left them (a :class:`_Deferred` where one holds fake tensors)."""
+    descriptions, pickled = pickle.loads(payload)
+    fakes = _FakeTable(descriptions, fake_mode)
+    extra, stored, deferred = _unpickled(pickled, fakes, 3)
     graphs = {}
-    for name, (class_name, records, code) in structure.items():
-        graph = torch.fx.Graph()
-        for op, node_name, target, args, kwargs, type_ in records:
-            node = graph.create_node(op, target, _resolve(args, nodes), _resolve(kwargs, nodes), node_name, type_)
-            if node.name != node_name:
-                raise pickle.UnpicklingError(f"node {node_name} came back as {node.name}")
-            meta = next(metas)
-            if any(type(value) is _Deferred for value in meta.values()):
-                meta = _LazyMeta(meta, fakes)
-            node.meta = meta
-            nodes.append(node)
-        gm = _graph_module(graph, class_name, code)
-        gm.meta.update(next(metas))
+    for name, (class_name, meta, code, nodes) in stored.items():
+        load_graph = functools.partial(_loads_nodes, nodes, fakes)
+        if code is None or _profiler_metadata_in_code():
+            gm = torch.fx.GraphModule(torch.nn.Module(), load_graph(), class_name)
+        else:
+            gm = _StoredGraphModule(class_name, code, load_graph)
+        gm.meta.update(meta)
         graphs[name] = gm
-    return extra, graphs
+    return extra, graphs, deferred, fakes
 
 
 def _stored_code(graph: torch.fx.Graph) -> tuple | None:
-    """The graph's Python code as ``GraphModule.recompile`` generates it: (source, globals,
-    line map, prologue start); None where the profiler's metadata option changes the code."""
+    """The graph's Python code as ``GraphModule.recompile`` generates and compiles it:
+    (source, globals, line map, prologue start, the graph's code fields, the marshalled
+    module code compiled from that source); None where the profiler's metadata option
+    changes the code."""
     if _profiler_metadata_in_code():
         return None
     code = graph.python_code(root_module="self")
-    return (code.src, code.globals, code._lineno_map, code._prologue_start)
+    module = compile(code.src, "<aotgrad stored graph>", "exec", dont_inherit=True)
+    co_fields = dict(getattr(graph, "_co_fields", None) or {})
+    return (code.src, code.globals, code._lineno_map, code._prologue_start, co_fields, marshal.dumps(module))
 
 
 def _profiler_metadata_in_code() -> bool:
     return bool(getattr(torch.fx.experimental._config, "enrich_profiler_metadata", False))
 
 
-def _graph_module(graph: torch.fx.Graph, class_name: str, code: tuple | None) -> torch.fx.GraphModule:
-    """A GraphModule over ``graph``; with ``code`` (stored from these very nodes at save time,
-    :func:`_stored_code`), its code is not generated again: ``GraphModule``'s recompile is
-    handed the stored code instead of ``graph.python_code``'s (~3 ms a graph on a hit). A
-    later recompile (after an edit of the graph) generates it from the nodes as usual."""
-    if code is None or _profiler_metadata_in_code():
-        return torch.fx.GraphModule(torch.nn.Module(), graph, class_name)
-    stored = torch.fx.graph.PythonCode(*code)
-    graph.python_code = lambda *args, **kwargs: stored  # this graph's, for the constructor only
-    try:
-        return torch.fx.GraphModule(torch.nn.Module(), graph, class_name)
-    finally:
-        del graph.python_code
+def _code_named(code: types.CodeType, filename: str) -> types.CodeType:
+    """``code`` and the code objects it holds with ``co_filename`` set to ``filename``."""
+    consts = tuple(_code_named(c, filename) if isinstance(c, types.CodeType) else c for c in code.co_consts)
+    return code.replace(co_filename=filename, co_consts=consts)
+
+
+@functools.cache
+def _graph_module_state() -> dict[str, Any]:
+    """The instance state ``GraphModule``'s constructor gives a module over an empty graph,
+    but the graph itself (what :class:`_StoredGraphModule` starts from)."""
+    state = dict(vars(torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph())))
+    del state["_graph"]
+    return state
+
+
+def _call_wrapped(self: torch.fx.GraphModule, *args: Any, **kwargs: Any) -> Any:
+    """A graph module's ``__call__``, as ``GraphModule``'s recompile installs it."""
+    return self._wrapped_call(self, *args, **kwargs)
+
+
+def _stored_forward(code: tuple) -> Callable:
+    """The ``forward`` function of :func:`_stored_code`'s code, as ``GraphModule``'s
+    recompile makes it from the source (its source registered for tracebacks and
+    ``inspect`` under a fresh ``<eval_with_key>`` name, executed in a copy of the
+    globals), from the stored code object instead of compiling the source again."""
+    src, globals_, _, _, co_fields, module = code
+    scope = dict(globals_)
+    key = torch.fx.graph_module._loader.cache(src, scope, co_fields)
+    exec(_code_named(marshal.loads(module), key), scope)
+    return scope["forward"]
+
+
+class _StoredGraphModule(torch.fx.GraphModule):
+    """A graph module loaded from the cache. It runs the code stored with its nodes
+    (:func:`_stored_code`: not generated nor compiled again) from the start, and decodes
+    its nodes (``load_graph``) when its graph is first read: a hit's compile reads none
+    (the pipeline stores what it needs of the graphs beside them), explain, a compiler
+    that reads the graph or a user do.
+
+    Built as ``GraphModule``'s constructor and its recompile build one (~0.2 ms a graph
+    through them): the instance state they give a module over an empty graph
+    (:func:`_graph_module_state`, made once per process), the stored code's, and the
+    per-instance class's ``forward`` and call wrapper.
+
+    Invariant: until the graph is decoded, ``_graph`` is not in the instance's
+    ``__dict__``, so every read of it (``graph``, ``self._graph`` in ``GraphModule``'s
+    methods and torch's graph pickler) goes through :meth:`__getattr__`, which decodes it;
+    the methods that copy ``__dict__`` (deepcopy, pickling) read the graph first."""
+
+    def __init__(self, class_name: str, code: tuple, load_graph: Callable[[], torch.fx.Graph]) -> None:
+        torch.nn.Module.__init__(self)
+        state = self.__dict__
+        for name, value in _graph_module_state().items():
+            if name not in state:
+                state[name] = copy.copy(value)  # (fresh containers, as the constructor's)
+        src, _, lineno_map, prologue_start, _, _ = code
+        state.update(_code=src, _lineno_map=lineno_map, _prologue_start=prologue_start, _load_graph=load_graph)
+        cls = type(self)  # this instance's own class (GraphModule.__new__)
+        cls.__name__ = class_name
+        cls.forward = _stored_forward(code)
+        cls._wrapped_call = torch.fx.graph_module._WrappedCall(cls, None)
+        cls.__call__ = _call_wrapped
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "_graph" and "_load_graph" in self.__dict__:
+            graph = self.__dict__["_load_graph"]()
+            graph.owning_module = self
+            self.__dict__["_graph"] = graph
+            del self.__dict__["_load_graph"]
+            return graph
+        return super().__getattr__(name)
+
+    @property
+    def _boxed_call(self) -> bool:
+        if "_graph" not in self.__dict__:
+            return False  # a stored graph has the plain CodeGen (_dumps_graphs refuses others)
+        return torch.fx.GraphModule._boxed_call.fget(self)
+
+    def __deepcopy__(self, memo: dict) -> torch.fx.GraphModule:
+        self._graph  # noqa: B018 - decoded before GraphModule copies __dict__
+        return super().__deepcopy__(memo)
+
+    def __reduce__(self) -> tuple:
+        self._graph  # noqa: B018 - decoded before GraphModule copies __dict__
+        return super().__reduce__()
+
+    def __reduce_package__(self, exporter: Any) -> tuple:
+        self._graph  # noqa: B018 - decoded before GraphModule copies __dict__
+        return super().__reduce_package__(exporter)
 
 
 def _dumps(
-    analysis: Any, graphs: dict[str, torch.fx.GraphModule], artifacts: dict[str, Any], primals: list[Any] | None,
+    analysis: Any, graphs: dict[str, torch.fx.GraphModule], artifacts: dict[str, Any], facts: Any,
+    examples: dict[str, Any],
 ) -> bytes:
     joint = graphs.get("joint")
     main = {k: v for k, v in graphs.items() if k != "joint"}
@@ -1080,13 +1281,13 @@ def _dumps(
         warnings.simplefilter("ignore", FutureWarning)
         joint_payload = None if joint is None else _dumps_graphs(None, {"joint": joint})
         # (the joint is decoded only where someone reads it: its code is not stored)
-        return _dumps_graphs((analysis, joint_payload, artifacts, primals), main, with_code=True)
+        return _dumps_graphs((analysis, joint_payload, artifacts, facts), main, with_code=True, deferred=examples)
 
 
 def _loads(payload: bytes) -> StoredEntry:
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
-    (analysis, joint_payload, artifacts, primals), graphs = _loads_graphs(payload, fake_mode)
-    return StoredEntry(analysis, graphs, fake_mode, joint_payload, artifacts, primals)
+    (analysis, joint_payload, artifacts, facts), graphs, examples, fakes = _loads_graphs(payload, fake_mode)
+    return StoredEntry(analysis, graphs, fake_mode, joint_payload, artifacts, facts, examples, fakes)
 
 
 # --------------------------------------------------------------------------------------
@@ -1122,6 +1323,7 @@ class EntryStore:
         if directory is None:
             return None
         name = getattr(fn, "__name__", repr(fn))
+        _aotgrad_source_hash(directory)  # (remembered in the cache directory)
         try:
             key = entry_key(fn, leaves, spec, config)
         except Uncacheable as why:
@@ -1158,15 +1360,19 @@ class EntryStore:
 
     def save(
         self, analysis: Any, graphs: dict[str, torch.fx.GraphModule], artifacts: dict[str, Any],
-        primals: list[Any] | None = None,
+        facts: Any = None, examples: dict[str, list[Any] | None] | None = None,
     ) -> None:
-        """Write the entry (``artifacts``: :attr:`StoredEntry.compiler_artifacts`; None values
-        are left out; ``primals``: :attr:`StoredEntry.primals`, fake leaves or None)
+        """Write the entry (``artifacts``: :attr:`StoredEntry.compiler_artifacts`, None values
+        left out; ``facts``: :attr:`StoredEntry.facts`; ``examples``: per graph kind, its
+        compiler's example inputs, fake tensors and ints, or None: not stored)
         (atomically: a temporary file in the same directory, then ``os.replace``); an entry
         that cannot be stored is skipped, logged at DEBUG."""
         try:
             _storable_analysis(analysis)
-            payload = _dumps(analysis, graphs, {k: v for k, v in artifacts.items() if v is not None}, primals)
+            payload = _dumps(
+                analysis, graphs, {k: v for k, v in artifacts.items() if v is not None}, facts,
+                {k: v for k, v in (examples or {}).items() if v is not None},
+            )
         except Exception as exc:  # noqa: BLE001 - Uncacheable, or a value pickle refuses
             log.debug("aotgrad: not caching %s: %s: %s", self.name, type(exc).__name__, exc)
             return

@@ -15,7 +15,7 @@ import operator
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any, NamedTuple, Self
 
 import torch
 import torch.fx
@@ -24,7 +24,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from ..compilers import positional
+from ..compilers import nop, positional, print_graph
 from ..config import AotConfig
 from ..context import compiling
 from ..errors import AotgradCompileError
@@ -145,6 +145,14 @@ class _AnalyzedCall:
     stored_artifacts: dict[str, Any] = field(default_factory=dict)
     #: per graph kind, what its compiler asks to keep in the entry this compile stores
     compiler_artifacts: dict[str, Any] = field(default_factory=dict)
+    #: what building the runtime reads off the compiled graphs (:class:`_TrainingFacts`,
+    #: or :class:`_EagerOutputs` of an inference graph): read by a cold compile, held from
+    #: the start by the call of an entry loaded from the cache, which stores it
+    graph_facts: Any = None
+    #: per graph kind, the example inputs its compiler was given, where the entry this
+    #: compile stores keeps them (None: not kept); called only where the entry is stored
+    #: (a symbolic one is not: comparing its sizes would guard them)
+    examples_to_store: Callable[[], dict[str, list[Any] | None]] = dict
 
 
 @contextlib.contextmanager
@@ -165,10 +173,11 @@ def _source_marks(config: AotConfig) -> contextlib.AbstractContextManager:
 class _LoadedCall(_AnalyzedCall):
     """The call of an entry loaded from the persistent cache (the analysis as stored). Its
     ``fake_inputs`` (``from_tensor`` of each graph input, ~50 µs apiece) are made from the
-    call's inputs when first read: a hit of a training entry whose primals are stored
-    (:func:`_stored_entry_primals`) reads them only for an input whose metadata the program
-    changes, or a double backward's retrace. Constructed as :class:`_AnalyzedCall`, with a
-    function making the fake inputs in their place."""
+    call's inputs when first read: a hit whose compilers' example inputs are stored
+    (:func:`_stored_entry_primals`, :meth:`StoredEntry.example_inputs`) reads them only for
+    an input whose metadata the program changes, or a double backward's retrace.
+    Constructed as :class:`_AnalyzedCall`, with a function making the fake inputs in their
+    place."""
 
     _fake_inputs: list[Any] | None = None
 
@@ -432,7 +441,7 @@ def _plain_fake_leaves(fake_inputs: list[Any]) -> bool:
 
 def _stored_primals(call: _AnalyzedCall) -> list[Any] | None:
     """What the entry stores of the forward compiler's example inputs
-    (:attr:`StoredEntry.primals`): the fake inputs where they are plain leaves
+    (:meth:`StoredEntry.example_inputs`): the fake inputs where they are plain leaves
     (:func:`_plain_fake_leaves`) laid out as the call's inputs still (the key, which
     describes those, then determines them); None elsewhere (a hit fakes them again)."""
     fakes = call.fake_inputs
@@ -452,8 +461,9 @@ def _stored_entry_primals(call: _AnalyzedCall, stored: StoredEntry) -> list[Any]
     graph inputs, as :func:`~aotgrad.core.tracing._primals` makes them: those the entry
     stores (made from descriptions, ~3x cheaper than faking the call's inputs again), else
     the fake inputs themselves where they are plain leaves, else detached copies of them."""
-    if stored.primals is not None:
-        return list(stored.primals)
+    primals = stored.example_inputs("forward")
+    if primals is not None:
+        return primals
     if _plain_fake_leaves(call.fake_inputs):
         return list(call.fake_inputs)
     return _primals(call.fake_inputs, call.fake_mode)
@@ -480,6 +490,92 @@ def _grad_tangent_deps(
         deps | frozenset(k for k, reached in enumerate(tangent_reach) if i in reached)
         for i, deps in enumerate(read)
     )
+
+
+class _SavedNode(NamedTuple):
+    """A saved tensor's node as :class:`DifferentiableBackward` reads it."""
+
+    name: str
+    target: Any
+
+
+@dataclass(frozen=True)
+class _EagerOutputs:
+    """A forward (or inference) graph's fresh outputs the runtime makes as eager's: detached
+    where the graph computes them with a view op (``views``: :func:`_view_outputs`), given
+    eager's strides (``layouts``: :func:`~aotgrad.core.layout.eager_layouts`)."""
+
+    views: tuple[int, ...]
+    layouts: tuple[tuple, ...]
+
+    @classmethod
+    def of(cls, gm: torch.fx.GraphModule, md: ViewAndMutationMetadata, signature: GraphSignature) -> _EagerOutputs:
+        return cls(_view_outputs(gm, md, signature), eager_layouts(gm, md, signature))
+
+    def as_eager(self, compiled: Callable) -> Callable:
+        """The compiled graph with those outputs made as eager's."""
+        return restriding(_detaching(compiled, self.views), self.layouts)
+
+
+@dataclass(frozen=True)
+class _TrainingFacts:
+    """What a training entry's runtime is built from that is read off its partitioned forward
+    and backward graphs (:func:`_training_facts`): read by a cold compile and stored in the
+    cache entry with the graphs, so that a hit decodes none of their nodes."""
+
+    num_saved_tensors: int
+    num_saved_symints: int
+    #: each saved tensor's node
+    saved: tuple[_SavedNode, ...]
+    saved_inputs_to_clone: tuple[int, ...]
+    saved_outputs_unversioned: tuple[int, ...]
+    grad_tangent_deps: tuple[frozenset[int], ...]
+    forward_outputs: _EagerOutputs
+
+
+def _training_facts(
+    call: _AnalyzedCall, fw_module: torch.fx.GraphModule, bw_module: torch.fx.GraphModule,
+    joint_signature: GraphSignature,
+) -> _TrainingFacts:
+    """Read the partitioned graphs (checked against the signature) for what the runtime needs."""
+    md = call.analysis.metadata
+    num_fwd_outputs = joint_signature.num_forward_outputs
+    saved_tensors, saved_symints = saved_values(fw_module, num_fwd_outputs)
+    signature = joint_signature.with_saved(len(saved_tensors), len(saved_symints))
+    signature.check_forward_graph(fw_module, saved=True)
+    signature.check_backward_graph(bw_module)
+    placeholders = fw_module.graph.find_nodes(op="placeholder")
+    data_mutated = set(md.data_mutated_input_indices)
+    # a saved input, or a view of one (made in the Function's forward, so under no_grad),
+    # that the write back mutates is saved as a copy: eager saved the value before the write
+    to_clone = tuple(
+        k
+        for k, node in enumerate(saved_tensors)
+        if (p := viewed_placeholder(node)) is not None and placeholders.index(p) in data_mutated
+    )
+    # a saved value sharing a version counter with a returned one: the caller may write the
+    # output, which only matters where eager saved it too (core/saved_tensors.py checks that);
+    # likewise with an input whose metadata the write back changes, which moves the counter
+    # of its storage (runtime.replay_metadata) where eager's op moved it before or after saving
+    returned = {view_root(n) for n in graph_outputs(fw_module)[:num_fwd_outputs] if isinstance(n, torch.fx.Node)}
+    returned |= _relaid_out_storage(call, placeholders)
+    unversioned = tuple(
+        k for k, node in enumerate(saved_tensors) if k not in to_clone and view_root(node) in returned
+    )
+    return _TrainingFacts(
+        num_saved_tensors=len(saved_tensors),
+        num_saved_symints=len(saved_symints),
+        saved=tuple(_SavedNode(n.name, n.target) for n in saved_tensors),
+        saved_inputs_to_clone=to_clone,
+        saved_outputs_unversioned=unversioned,
+        grad_tangent_deps=_grad_tangent_deps(bw_module, bw_module.meta[_TANGENT_REACH], signature),
+        forward_outputs=_EagerOutputs.of(fw_module, md, signature),
+    )
+
+
+def _placeholder_values(gm: torch.fx.GraphModule) -> list[Any]:
+    """The graph's placeholders' fake values (the backward compiler's example inputs)."""
+    return [n.meta.get("val") for n in gm.graph.find_nodes(op="placeholder")]
 
 
 def _compile_training(
@@ -509,65 +605,55 @@ def _compile_training(
                 joint_gm, [joint.primals, joint.tangents], num_fwd_outputs=num_fwd_outputs
             )
         bw_module.meta[_TANGENT_REACH] = joint.tangent_reach
+        call.graph_facts = _training_facts(call, fw_module, bw_module, joint_signature)
+        forward_examples: Callable[[], list[Any]] = lambda: list(primals)
+        backward_examples = functools.partial(_placeholder_values, bw_module)
+        call.examples_to_store = lambda: {"forward": _stored_primals(call), "backward": backward_examples()}
     else:
-        # the joint graph is decoded when someone looks at it (_CachedEntry)
+        # the joint graph is decoded when someone looks at it (_CachedEntry), the forward's
+        # and backward's nodes when someone reads them (what the runtime needs of them is in
+        # call.graph_facts), their example inputs where a compiler reads them
         joint_gm, fw_module, bw_module = None, stored.graphs["forward"], stored.graphs["backward"]
-        primals = _stored_entry_primals(call, stored)
+        forward_examples = functools.partial(_stored_entry_primals, call, stored)
+
+        def backward_examples() -> list[Any]:
+            examples = stored.example_inputs("backward")
+            return _placeholder_values(bw_module) if examples is None else examples
+
     graphs["forward"], graphs["backward"] = fw_module, bw_module
-    saved_tensors, saved_symints = saved_values(fw_module, num_fwd_outputs)
-    signature = joint_signature.with_saved(len(saved_tensors), len(saved_symints))
-    signature.check_forward_graph(fw_module, saved=True)
-    signature.check_backward_graph(bw_module)
-    placeholders = fw_module.graph.find_nodes(op="placeholder")
-    data_mutated = set(md.data_mutated_input_indices)
-    # a saved input, or a view of one (made in the Function's forward, so under no_grad),
-    # that the write back mutates is saved as a copy: eager saved the value before the write
-    to_clone = tuple(
-        k
-        for k, node in enumerate(saved_tensors)
-        if (p := viewed_placeholder(node)) is not None and placeholders.index(p) in data_mutated
-    )
-    # a saved value sharing a version counter with a returned one: the caller may write the
-    # output, which only matters where eager saved it too (core/saved_tensors.py checks that);
-    # likewise with an input whose metadata the write back changes, which moves the counter
-    # of its storage (runtime.replay_metadata) where eager's op moved it before or after saving
-    returned = {view_root(n) for n in graph_outputs(fw_module)[:num_fwd_outputs] if isinstance(n, torch.fx.Node)}
-    returned |= _relaid_out_storage(call, placeholders)
-    unversioned = tuple(
-        k for k, node in enumerate(saved_tensors) if k not in to_clone and view_root(node) in returned
-    )
+    facts: _TrainingFacts = call.graph_facts
+    signature = joint_signature.with_saved(facts.num_saved_tensors, facts.num_saved_symints)
     with _stage(call.times, "compile forward"):
-        fw_compiled, _ = _compile_graph("forward", config, fw_module, list(primals), call)
-    fw_callable = _outputs_as_eager(fw_compiled, fw_module, md, signature)
-    bw_inputs = [n.meta.get("val") for n in bw_module.graph.find_nodes(op="placeholder")]
+        fw_compiled, _ = _compile_graph("forward", config, fw_module, forward_examples, call)
+    fw_callable = facts.forward_outputs.as_eager(fw_compiled)
     with _stage(call.times, "compile backward"):
-        bw_callable, bw_boundary = _compile_graph("backward", config, bw_module, bw_inputs, call)
-    first_tangent = len(bw_inputs) - len(signature.tangents)
+        bw_callable, bw_boundary = _compile_graph("backward", config, bw_module, backward_examples, call)
     avals = call.analysis.forward_output_avals
     backward = BackwardSpec(
         bw_callable=positional(bw_callable),
         tangent_meta=tuple(avals[p] for p in signature.tangents),
         tangent_zeros=() if bw_boundary is None else tuple(
-            bw_boundary.zeros_of_input(first_tangent + k) for k in range(len(signature.tangents))
+            bw_boundary.zeros_of_input(len(backward_examples()) - len(signature.tangents) + k)
+            for k in range(len(signature.tangents))
         ),
-        saved_inputs_to_clone=to_clone,
-        saved_outputs_unversioned=unversioned,
+        saved_inputs_to_clone=facts.saved_inputs_to_clone,
+        saved_outputs_unversioned=facts.saved_outputs_unversioned,
         grads_laid_out_as_inputs=_grads_laid_out_as_inputs(md, call.input_aliasing),
         grads_in_use_layout=() if call.input_aliasing is not None else tuple(
             (i, *info.grad_layout_at_use) for i, info in enumerate(md.input_info) if info.grad_layout_at_use
         ),
-        grad_tangent_deps=_grad_tangent_deps(bw_module, bw_module.meta[_TANGENT_REACH], signature),
+        grad_tangent_deps=facts.grad_tangent_deps,
         differentiable=DifferentiableBackward(
             lambda: trace_joint(
                 call.program, call.analysis, call.fake_inputs, call.fake_mode, config.trace_decompositions,
                 grad_enabled=grad_enabled, create_graph=True,
             ).graph,
             num_fwd_outputs,
-            [
+            [  # (each primal requires grad as its graph input does: tracing._primals)
                 isinstance(t, torch.Tensor) and (t.requires_grad or md.input_info[i].sets_requires_grad)
-                for i, t in enumerate(primals)
+                for i, t in enumerate(call.graph_inputs)
             ],
-            saved_tensors,
+            facts.saved,
             {
                 i: "writes" if info.mutates_data else "re-strides"
                 for i, info in enumerate(md.input_info) if info.mutates_data or info.mutates_metadata
@@ -604,18 +690,38 @@ def _compile_inference(
                 signature, grad_enabled=grad_enabled,
             )
     graphs["inference"] = gm
-    example = [fake_detach(t, call.fake_mode) if isinstance(t, torch.Tensor) else t for t in call.fake_inputs]
+    if stored is None:
+        call.graph_facts = _EagerOutputs.of(gm, md, signature)
+        example = [fake_detach(t, call.fake_mode) if isinstance(t, torch.Tensor) else t for t in call.fake_inputs]
+        # kept where they stand for the call's inputs as the key describes them
+        call.examples_to_store = lambda: {"inference": example if _stored_primals(call) is not None else None}
+        examples: Callable[[], list[Any]] = lambda: example
+    else:
+
+        def examples() -> list[Any]:
+            kept = stored.example_inputs("inference")
+            if kept is not None:
+                return kept
+            return [fake_detach(t, call.fake_mode) if isinstance(t, torch.Tensor) else t for t in call.fake_inputs]
+
     with _stage(call.times, "compile inference"):
-        compiled, _ = _compile_graph("inference", config, gm, example, call)
-    fw_callable = _outputs_as_eager(compiled, gm, md, signature)
+        compiled, _ = _compile_graph("inference", config, gm, examples, call)
+    fw_callable = call.graph_facts.as_eager(compiled)
     return CompiledRuntime(md, signature, call.analysis.out_spec, positional(fw_callable), None, **_runtime_context(call))
 
 
+#: aotgrad's compilers that read no example input: on a cache hit, where each would be a
+#: fake tensor to make, they are handed none
+_READS_NO_EXAMPLES = (nop, print_graph)
+
+
 def _compile_graph(
-    kind: str, config: AotConfig, gm: torch.fx.GraphModule, example: list[Any], call: _AnalyzedCall
+    kind: str, config: AotConfig, gm: torch.fx.GraphModule, examples: Callable[[], list[Any]],
+    call: _AnalyzedCall,
 ) -> tuple[Callable, SubclassBoundary | None]:
     """``compiler(gm, example)`` under the compilation context, as a positional callable:
-    ``config``'s compiler for the ``kind`` ("forward", "backward", "inference") of graph.
+    ``config``'s compiler for the ``kind`` ("forward", "backward", "inference") of graph,
+    ``example`` made by ``examples``.
 
     Cache artifacts: where the entry was loaded from the persistent cache with what this
     compiler kept for the graph (``call.stored_artifacts[kind]``), and the compiler has a
@@ -627,9 +733,16 @@ def _compile_graph(
 
     A graph with tensor-subclass inputs or outputs is handed to the compiler retraced over
     the subclasses' inner tensors, and the result wrapped back (:mod:`.subclasses`); the
-    boundary is returned too (None without subclasses)."""
+    boundary is returned too (None without subclasses). An entry from the cache holds no
+    tensor subclass (the key refuses subclass inputs, the stored metadata any subclass
+    value): its graphs are not read to look for one."""
     compiler = {"forward": config.fw_compiler, "backward": config.bw_compiler, "inference": config.inference_compiler}[kind]
-    boundary = subclass_boundary(gm, example, call.fake_mode)
+    if isinstance(call, _LoadedCall):
+        example = [] if compiler in _READS_NO_EXAMPLES else examples()
+        boundary = None
+    else:
+        example = examples()
+        boundary = subclass_boundary(gm, example, call.fake_mode)
     if boundary is None:
         with compiling(kind, config.aot_id):
             artifact = call.stored_artifacts.get(kind)
@@ -709,7 +822,7 @@ def _compile_entry(
         call = _LoadedCall(
             program, stored.analysis, stored.analysis, None, call_inputs,
             functools.partial(_fake_call, layout, call_inputs, None, stored.fake_mode), stored.fake_mode,
-            stored_artifacts=stored.compiler_artifacts,
+            stored_artifacts=stored.compiler_artifacts, graph_facts=stored.facts,
         )
     md = call.analysis.metadata
     training, anchored = _is_training(md, grad_enabled, call.graph_inputs)
@@ -737,7 +850,7 @@ def _compile_entry(
     ):
         store.save(
             call.analysis, graphs if joint_gm is None else {**graphs, "joint": joint_gm}, call.compiler_artifacts,
-            _stored_primals(call) if training else None,
+            call.graph_facts, call.examples_to_store(),
         )
 
     shape_guard = None if symbolic is None else ShapeGuard.of_trace(call.fake_mode.shape_env, call.fake_inputs)
@@ -780,14 +893,6 @@ def _view_outputs(gm: torch.fx.GraphModule, md: ViewAndMutationMetadata, signatu
         and isinstance(outs[p].target, torch._ops.OpOverload)
         and outs[p].target.is_view
     )
-
-
-def _outputs_as_eager(
-    compiled: Callable, gm: torch.fx.GraphModule, md: ViewAndMutationMetadata, signature: GraphSignature
-) -> Callable:
-    """The compiled forward (or inference) graph ``gm`` with its fresh outputs as eager's:
-    no views (:func:`_detaching`), eager's strides (:func:`~aotgrad.core.layout.restriding`)."""
-    return restriding(_detaching(compiled, _view_outputs(gm, md, signature)), eager_layouts(gm, md, signature))
 
 
 def _detaching(compiled: Callable, positions: tuple[int, ...]) -> Callable:
