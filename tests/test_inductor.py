@@ -329,6 +329,8 @@ def test_persistent_cache_hit_loads_inductors_graphs_by_their_stored_key(tmp_pat
     warm = run(warm_fn)
     assert calls == [False, True], "a hit compiled again"
     assert type(warm_fn.entries[0]).__name__ == "_CachedEntry"
+    # loading by key reads nothing of the graphs (their nodes are still undecoded)
+    assert all("_graph" not in vars(gm) for gm in warm_fn.entries[0].graphs.values())
     for w, c, e in zip(warm, cold, expected):
         torch.testing.assert_close(w, e)
         assert torch.equal(w, c)
@@ -384,8 +386,10 @@ def test_persistent_cache_hit_loads_inductors_inference_graph_by_its_key(tmp_pat
     cold = run(_compile(step, cache=tmp_path))
     assert calls == [False]
     assert sorted(_stored_entry(tmp_path).compiler_artifacts) == ["inference"]
-    warm = run(_compile(step, cache=tmp_path))
+    warm_fn = _compile(step, cache=tmp_path)
+    warm = run(warm_fn)
     assert calls == [False]
+    assert "_graph" not in vars(warm_fn.entries[0].graphs["inference"])
     for w, c, e in zip(warm, cold, expected):
         torch.testing.assert_close(w, e)
         assert torch.equal(w, c) and w.stride() == e.stride()

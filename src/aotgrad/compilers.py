@@ -148,10 +148,12 @@ class InductorCompiler:
     * **aotgrad's persistent cache.** The returned callable carries a ``cache_artifact``:
       the FX graph cache's key of the compiled graph and a digest of everything besides the
       graph and its example inputs that Inductor's key holds (Inductor's configuration, the
-      system, the global settings: :func:`_fx_key_context`), or None where the graph was not
+      system, the global settings: :func:`_fx_key_context`), with the tangents' positions and
+      whether the graph returns one value (read off ``gm``), or None where the graph was not
       cached by key. A stored aotgrad entry keeps it, and a hit hands it back to
       :meth:`load_cached`, which loads the compiled graph by that key (as torch's
-      AOTAutogradCache does) instead of copying the graph and computing its key again.
+      AOTAutogradCache does) instead of copying the graph and computing its key again, and
+      reads nothing of the graph.
     """
 
     _PHASES = ("auto", "forward", "backward", "inference")
@@ -239,7 +241,8 @@ class InductorCompiler:
         coerce = _tangent_layouts(example_inputs, tangent_idxs) if is_backward else ()
         call = _boxed_caller(compiled, coerce, unwrap)
         call.cache_artifact = (
-            None if context_digest is None else (key, getattr(compiled, "guards_expr", None), context_digest)
+            None if context_digest is None
+            else (key, getattr(compiled, "guards_expr", None), context_digest, tuple(tangent_idxs), unwrap)
         )
         return call
 
@@ -260,9 +263,10 @@ class InductorCompiler:
         from torch._subclasses.fake_tensor import FakeTensorMode
         from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-        key, guards_expr, context_digest = artifact
+        # (the tangents' positions and the output's form as read off ``gm`` at that compile:
+        # a graph loaded from aotgrad's cache is then not decoded to read them again)
+        key, guards_expr, context_digest, tangent_idxs, unwrap = artifact
         phase = self.phase
-        tangent_idxs = [i for i, node in enumerate(gm.graph.find_nodes(op="placeholder")) if is_tangent(node)]
         if phase == "auto":
             phase = "backward" if tangent_idxs else "forward"
         if (
@@ -290,9 +294,8 @@ class InductorCompiler:
             policy = inductor_config.cudagraph_policy
             if policy is not None:
                 compiled = policy.wrap_output(compiled)
-        outs = gm.graph.find_nodes(op="output")[0].args[0]
-        coerce = _tangent_layouts(example_inputs, tangent_idxs) if phase == "backward" else ()
-        call = _boxed_caller(compiled, coerce, not isinstance(outs, (tuple, list)))
+        coerce = _tangent_layouts(example_inputs, list(tangent_idxs)) if phase == "backward" else ()
+        call = _boxed_caller(compiled, coerce, unwrap)
         call.cache_artifact = artifact
         return call
 
