@@ -326,14 +326,11 @@ def f(a, b, c, d):
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="output stride (2, 1) where eager has (1, 1): an input that is not dense (a diagonal) written in place is "
-    "given a dense layout in the same order, and cos of it takes TensorIterator's contiguous path (size-1 dims only)",
-)
 def test_non_dense_input_written_in_place_then_unary_op():
     """a = x.diagonal() of a (2, 2, 1) base: shape (1, 2), strides (1, 3); a.sigmoid_(); a.cos()
-    has eager strides (1, 1) (the input is not dense: TensorIterator follows its strides)."""
+    has eager strides (1, 1) (the input is not dense: TensorIterator follows its strides).
+    Was (2, 1): the written input was given a dense layout (now its own strides,
+    ``empty_strided``)."""
     check_case(
         source='''
 def f(a):
@@ -388,4 +385,104 @@ def test_empty_tensor_keeps_layout_through_inplace_op(view: str, op: str) -> Non
         source=source,
         inputs={"bases": [{"shape": shape, "dtype": "float32", "rg": False}], "args": [{"kind": "tensor", "base": 0, "expr": "x"}]},
         seed=4,
+    )
+
+
+# --------------------------------------------------------------------------- size-1 dims: meta vs kernels
+
+#: inputs with size-1 dims whose strides a contiguous tensor would not have
+ODD_SIZE1 = {
+    "step_slice_1": ([2], "x[::2]"),
+    "as_strided_column": ([4, 4], "x.as_strided((2, 2), (1, 1), 0)[:, 1:2:2]"),
+    "transposed_3d": ([1, 3], "x.t().unsqueeze(0).transpose(0, 2)"),
+    "transposed_size1": ([1, 2, 1], "x.transpose(0, 1)"),
+}
+
+#: ops whose meta functions lay an odd size-1 dim out otherwise than the kernels (either way)
+SIZE1_MAKERS = {
+    "pow_1": "a.pow(1)",
+    "clamp": "a.clamp(min=0.5)",
+    "relu": "a.relu()",
+    "add_scalar": "a + 1",
+    "ones_like": "torch.ones_like(a)",
+}
+
+
+@pytest.mark.parametrize("write", ["t.sub_(a, alpha=2)", "t.relu_()", "t[0] = 1.0"])
+@pytest.mark.parametrize("maker", sorted(SIZE1_MAKERS))
+@pytest.mark.parametrize("layout", sorted(ODD_SIZE1))
+def test_size1_strides_of_written_intermediate_are_the_kernels(layout: str, maker: str, write: str) -> None:
+    """Fuzz seeds 3002421, 3014289, 3015141, 4009289, 4009355, 4019851: ``t = d.pow(1);
+    t.sub_(b)`` of ``d = x[::2]`` (shape (1,)): eager's ``t`` is (1,)-strided (the kernel's
+    layout, kept through the in-place op); the runtime re-strided the output to the meta
+    function's (2,)."""
+    shape, expr = ODD_SIZE1[layout]
+    check_case(
+        source=f"def f(a):\n    t = {SIZE1_MAKERS[maker]}\n    {write}\n    return t, t * 2\n",
+        inputs={"bases": [{"shape": shape, "dtype": "float32", "rg": False}], "args": [{"kind": "tensor", "base": 0, "expr": expr}]},
+        seed=5,
+    )
+
+
+# --------------------------------------------------------------------------- non-dense inputs written in place
+
+#: inputs that are not dense (gaps between elements), with static strides and no overlap
+NON_DENSE = {
+    "step_slice": ([3, 4], "x[:, ::2]"),
+    "as_strided_gaps": ([2, 4, 4], "x.as_strided((1, 3), (2, 2), 0)"),
+    "row_gaps_2d": ([3], "x.as_strided((1, 2), (2, 2), 0)"),
+    "diagonal": ([2, 2, 1], "x.diagonal()"),
+    "rows_of_step_slice": ([4, 3], "x[::2, :1]"),
+}
+
+#: what the program computes from the written input: ops following its layout, views of it
+AFTER_WRITE = {
+    "relu": "a.relu()",
+    "ones_like": "torch.ones_like(a)",
+    "ones_like_of_slice": "torch.ones_like(a[:, 1:2:2])",
+    "clone": "a.clone()",
+    "mul": "a * 2",
+}
+
+
+@pytest.mark.parametrize("after", sorted(AFTER_WRITE))
+@pytest.mark.parametrize("write", ["a.sin_()", "a.mul_(2)", "a.copy_(b)", "a.fill_(0.5)", "a[0] = 1.0"])
+@pytest.mark.parametrize("layout", sorted(NON_DENSE))
+def test_non_dense_input_keeps_layout_through_inplace_op(layout: str, write: str, after: str) -> None:
+    """Fuzz seeds 3011823, 3016513: ``a.sin_(); return a.relu()`` of ``a =
+    x.as_strided((1, 3), (2, 2), 0)``: eager's ``a`` keeps its strides (2, 2) and relu of it
+    is (1, 1)-strided; the graph's new value of ``a`` was laid out densely, (3, 1) after
+    relu."""
+    shape, expr = NON_DENSE[layout]
+    check_case(
+        source=f"def f(a, b):\n    {write}\n    return {AFTER_WRITE[after]},\n",
+        inputs={
+            "bases": [{"shape": shape, "dtype": "float32", "rg": False}],
+            "args": [{"kind": "tensor", "base": 0, "expr": expr}, {"kind": "tensor", "base": 0, "expr": f"({expr}).clone()"}],
+        },
+        seed=6,
+    )
+
+
+#: multi-output views (any number of dims)
+MULTI_OUTPUT_VIEWS = {
+    "unbind_0": "t.unbind(0)[0]",
+    "split_0": "t.split(1, 0)[0]",
+    "unbind_last_of_t": "t.movedim(0, -1).unbind(-1)[0]",
+    "chunk_last": "t.chunk(1, -1)[0]",
+}
+
+
+@pytest.mark.parametrize("view", sorted(MULTI_OUTPUT_VIEWS))
+@pytest.mark.parametrize("maker", sorted(SIZE1_MAKERS))
+@pytest.mark.parametrize("layout", sorted(ODD_SIZE1))
+def test_size1_strides_of_invalidated_view_of_intermediate(layout: str, maker: str, view: str) -> None:
+    """Fuzz seed 4005080: ``t4 = maximum(t0, a); t7 = t4.t().unbind(0)[1]; t4.neg_()``:
+    eager's ``t7`` (invalidated) is (1,)-strided, from the kernel's layout of ``t4``; it was
+    rebuilt with the meta function's (3,). Its chain is replayed on the base for its geometry."""
+    shape, expr = ODD_SIZE1[layout]
+    check_case(
+        source=f"def f(a):\n    t = {SIZE1_MAKERS[maker]}\n    v = {MULTI_OUTPUT_VIEWS[view]}\n    t.neg_()\n    return v, t\n",
+        inputs={"bases": [{"shape": shape, "dtype": "float32", "rg": True}], "args": [{"kind": "tensor", "base": 0, "expr": expr}]},
+        seed=7,
     )

@@ -7,13 +7,15 @@ of each non-aliased output (:class:`~aotgrad.core.view_geometry.EagerViewGeometr
 the program's intermediates); where it differs from the traced value's, the runtime gives the
 graph output eager's strides once it is computed, inside the forward:
 
-- only in dims of size 1 (or an empty tensor): the same elements at the same addresses, so
-  the tensor is re-strided in place (``as_strided_``, no copy);
-- otherwise, where eager's layout is dense and starts at offset 0: copied into a tensor laid
-  out as eager's (one copy, only for these outputs).
+- where eager's layout is dense and starts at offset 0: copied into a tensor laid out as
+  eager's (one copy, only for these outputs).
 
-Where neither applies the output keeps the graph's layout. Outputs are decided at compile
-time from the traced values (symbolic sizes: none); a call does nothing for other outputs.
+Elsewhere the output keeps the graph's layout; also where the two differ only in dims of
+size 1 (or the tensor is empty): the shadow's strides there are the meta functions', which
+lay such dims out otherwise than the kernels now and then, and the kernels' are eager's (a
+written tensor keeps its layout in the graph too: ``eager_rewrites._keeping_layout``).
+Outputs are decided at compile time from the traced values (symbolic sizes: none); a call
+does nothing for other outputs.
 Eager's layout is derived from the traced (meta) layouts, so an output is re-strided only
 where the compiled forward produced the traced layout.
 """
@@ -32,9 +34,8 @@ from .signature import GraphSignature, graph_outputs
 
 __all__ = ["eager_layouts", "restriding", "takes_eager_layout"]
 
-#: (forward-output position, size, eager's stride, the traced stride, copy): ``copy`` False
-#: re-strides in place
-Layout = tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...], bool]
+#: (forward-output position, size, eager's stride, the traced stride)
+Layout = tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]
 
 
 def _same_addresses(size, a, b) -> bool:
@@ -80,17 +81,21 @@ def eager_layouts(gm: torch.fx.GraphModule, md: ViewAndMutationMetadata, signatu
         if tuple(val.shape) != size or tuple(val.stride()) == stride:
             continue
         if _same_addresses(size, stride, tuple(val.stride())):
-            layouts.append((p, size, stride, tuple(val.stride()), False))
-        elif _dense_from_zero(size, stride, info.storage_offset):
-            layouts.append((p, size, stride, tuple(val.stride()), True))
+            # only size-1 dims (or an empty tensor) differ: the kernels' strides there are
+            # eager's (the graph runs eager's ops, and eager_rewrites keeps a written tensor's
+            # layout), while the shadow's are the meta functions' (pow of x[::2]: (2,) in the
+            # trace, (1,) from the kernel), so the output is left as computed
+            continue
+        if _dense_from_zero(size, stride, info.storage_offset):
+            layouts.append((p, size, stride, tuple(val.stride())))
     return tuple(layouts)
 
 
 def takes_eager_layout(size, stride, offset, traced_stride) -> bool:
     """A non-aliased user output eager lays out as (``size``, ``stride``, ``offset``), traced
-    with ``traced_stride``, is laid out as eager's after the forward (:func:`eager_layouts`
-    picks it, or the two layouts are the same). Views of it the runtime rebuilds may then
-    use eager's geometry."""
+    with ``traced_stride``, is laid out as eager's after the forward, up to size-1 dims
+    (:func:`eager_layouts` picks it, or the two differ only there: they address the same
+    elements). Views of it the runtime rebuilds may then use eager's geometry."""
     if any(isinstance(x, torch.SymInt) for x in (*size, *stride, *traced_stride)):
         return False  # eager_layouts re-strides no symbolic output
     return _same_addresses(size, stride, traced_stride) or _dense_from_zero(size, stride, offset)
@@ -104,19 +109,16 @@ def restriding(compiled: Callable, layouts: tuple[Layout, ...]) -> Callable:
 
     def forward(*args: Any) -> list:
         outs = list(compiled(*args))
-        for p, size, stride, traced, copy in layouts:
+        for p, size, stride, traced in layouts:
             t = outs[p]
             if t.stride() != traced:
                 # the kernels chose another layout than the trace's meta functions (they differ
                 # in size-1 dims now and then): eager's was derived from the trace's, so it
                 # is not known here; the output keeps its own
                 continue
-            if not copy:
-                t.as_strided_(size, stride, t.storage_offset())
-            else:
-                new = torch.empty_strided(size, stride, dtype=t.dtype, device=t.device)
-                new.copy_(t)
-                outs[p] = new
+            new = torch.empty_strided(size, stride, dtype=t.dtype, device=t.device)
+            new.copy_(t)
+            outs[p] = new
         return outs
 
     return forward

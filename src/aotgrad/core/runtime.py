@@ -114,7 +114,7 @@ def _multi_output_view(base: torch.Tensor, info: OutputInfo, geometry: tuple | N
     step = info.multi_output_step
     if step is None or info.detached or info.no_grad_steps or base.dtype != info.dtype:
         return None
-    size, stride, offset = (info.size, info.stride, info.storage_offset) if geometry is None else geometry
+    size, stride, offset = _view_geometry(base, info) if geometry is None else geometry
     size, stride = list(size), list(stride)
     op, n, args = step
     if op == "unbind":
@@ -141,6 +141,20 @@ def _multi_output_view(base: torch.Tensor, info: OutputInfo, geometry: tuple | N
                 if out is not None:
                     break
     return out
+
+
+def _view_geometry(base: torch.Tensor, info: OutputInfo) -> tuple:
+    """The (size, stride, storage_offset) of the view ``info`` of ``base`` on this call: its
+    recorded chain replayed on ``base`` where it has one of view ops only (the kernels laid
+    ``base`` out, size-1 dims included, as eager's; the recorded strides there are the meta
+    functions', which differ now and then), else the recorded geometry."""
+    chain = info.view_source
+    if chain is not None and not any("__" in type(vm).__name__[1:] for vm in chain):
+        with torch.no_grad():
+            v = functionalization.apply_view_meta_sequence(base, chain)
+        if tuple(v.shape) == tuple(info.size):
+            return tuple(v.shape), v.stride(), v.storage_offset()
+    return info.size, info.stride, info.storage_offset
 
 
 def _split_output(base, op: str, n: int, sizes: list, dim: int, size: list, stride: list, offset: int):
