@@ -63,7 +63,6 @@ KNOWN: dict[str, list[str]] = {
     "call: impl raised, eager did not: AotgradCompileError: aotgrad: as_strided_ at": ["test_as_strided__on_input_view_reaching_past_its_extent"],
     # --- raising where eager does not: other
     # --- not raising where eager does
-    "call: eager raised, impl did not: RuntimeError: unsupported operation: some elements": ["test_overlapping_inplace_add_raises"],
     "backward: eager raised, impl did not: RuntimeError: Trying to use a saved tensor that has been detac": ["test_backward_after_detach__of_output_saved_for_backward"],
     "backward: eager raised, impl did not: RuntimeError: Function": ["test_backward_through_reshape_of_input_unsqueezed_under_no_grad", "test_backward_of_view_after_no_grad_t__between_metadata_mutations"],
 }

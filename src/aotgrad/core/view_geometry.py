@@ -30,6 +30,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import _disable_current_modes
 
 from ..errors import AotgradCompileError, current_user_line
+from .kernel_checks import raise_eager_overlap_error
 from .overlapping_writes import _location_set
 from .stale_views import StaleViewUses, writes_through_source
 
@@ -322,6 +323,16 @@ class EagerViewGeometry(TorchFunctionMode):
             entry = self.roots.get(id(t)) if isinstance(t, FunctionalTensor) else None
             shadow = entry[1] if entry is not None and entry[0] is t else None
         return _geometry(shadow if shadow is not None else t)
+
+    def known_geometry(self, t: torch.Tensor) -> Geometry | None:
+        """``t``'s eager (size, stride, storage_offset) where this run knows it: a shadowed
+        tensor's (an input or a view of one), else the functional one, unless ``t`` or its
+        base is an intermediate laid out otherwise than eager's (:meth:`relaid_root`)."""
+        if not isinstance(t, FunctionalTensor):
+            return None
+        if self._shadow(t) is None and (self.relaid_root(t) or (t._base is not None and self.relaid_root(t._base))):
+            return None
+        return self.geometry(t)
 
     def relaid_root(self, t: torch.Tensor) -> bool:
         """``t`` is an intermediate (no view) whose functional value is laid out otherwise than
@@ -730,6 +741,7 @@ class EagerViewGeometry(TorchFunctionMode):
         kwargs = kwargs or {}
         name = _name_of(func)
         with torch._C.DisableTorchFunction():  # the attribute reads are no program ops
+            raise_eager_overlap_error(func, args, kwargs, self.known_geometry)
             restride = self._restride(args, kwargs) if name == "as_strided_" and args else None
             written, restrided = self._written_restrided(name, args, kwargs)
             self._check_restrided(name, written, restrided)
