@@ -213,3 +213,42 @@ def test_view_relaid_under_no_grad_then_with_grad(root, op, then):
         return v, x.sum()
 
     check(f, lambda: (torch.randn(2, 3, requires_grad=True) * 1,))
+
+
+#: views of an input taken inside the program's grad-mode region
+GRAD_REGION_VIEWS = {
+    "select": lambda t: t[0],
+    "diagonal": lambda t: t.diagonal(),
+    "unsqueeze": lambda t: t.unsqueeze(-1),
+    "flatten_unsqueeze": lambda t: t.flatten().unsqueeze(-1),
+    "unbind": lambda t: t.unbind(1)[0],
+}
+
+#: how the view's chain starts: in the grad region too, or with a step taken outside it
+CHAIN_STARTS = {
+    "in_region": lambda a: a,
+    "slice_outside": lambda a: a[:, 0:2],
+    "t_outside": lambda a: a.t(),
+}
+
+
+@pytest.mark.parametrize("inputs", ["leaf", "non_leaf"])
+@pytest.mark.parametrize("start", sorted(CHAIN_STARTS))
+@pytest.mark.parametrize("view", sorted(GRAD_REGION_VIEWS))
+def test_view_of_input_taken_in_grad_region_of_no_grad_call(view, start, inputs):
+    """Fuzz seeds 4004344, 4001796, 4018219 (called under no_grad): ``t1 = a[:, 0:1]; with
+    torch.set_grad_enabled(True): t9 = t1.diagonal()``: eager's ``t9`` has a grad_fn (its
+    last steps recorded); rebuilt in the caller's mode it was a leaf, and a backward from it
+    raised 'element 0 of tensors does not require grad'."""
+
+    def f(a):
+        head = CHAIN_STARTS[start](a)
+        with torch.set_grad_enabled(True):
+            v = GRAD_REGION_VIEWS[view](head)
+        return v, a.sum()
+
+    def make():
+        a = torch.randn(3, 4, requires_grad=True)
+        return (a if inputs == "leaf" else a * 1,)
+
+    check(f, make, grad_mode=False)

@@ -189,9 +189,11 @@ def _regenerate(base: torch.Tensor, info: OutputInfo, geometry: tuple | None) ->
         _set_grad_enabled(False)
         try:
             head = functionalization.apply_view_meta_sequence(base, info.view_source[:k])
+            # the rest eager recorded (its grad mode region, also in a call under no_grad)
+            _set_grad_enabled(True)
+            return functionalization.apply_view_meta_sequence(head, info.view_source[k:])
         finally:
             _set_grad_enabled(prev)
-        return functionalization.apply_view_meta_sequence(head, info.view_source[k:])
     if not (base.requires_grad and (not info.requires_grad or info.no_grad_view)):
         return _view_of(base, info, geometry)
     prev = torch.is_grad_enabled()
