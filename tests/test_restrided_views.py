@@ -328,3 +328,35 @@ def test_restrided_outside_partial_input_requiring_grad(arg, restride, program):
     source, inputs, post = _outside_case(arg, restride, program, rg=True)
     inputs["args"][0]["expr"] = "(x * 1)" + OUTSIDE_INPUTS[arg][1:]
     _eager_or_refused(source, inputs, post)
+
+
+#: two inputs on one caller storage (no grad), one re-strided by ``as_strided_`` (within or
+#: outside its elements), a write through either, recorded by autograd or not: the synthetic
+#: base's gradient for the re-strided input differed from eager's after a write recorded
+#: through the other input (silently, also where the re-strided input is the whole storage),
+#: so such a write is refused (``EagerViewGeometry._note_recorded_write``)
+ALIASED_PROGRAMS = {
+    "restride_then_alias_recorded": "    a.as_strided_((3,), (5,), 0)\n    c.mul_(w)\n    return a, c * 1\n",
+    "restride_write_then_alias_recorded": "    a.as_strided_((3,), (5,), 0)\n    a.add_(1)\n    c.mul_(w)\n    return a, c * 1\n",
+    "written_restride_then_alias_recorded": "    a.sin_()\n    a.as_strided_((3,), (5,), 0)\n    c.mul_(w)\n    return a, c * 1\n",
+    "alias_recorded_then_restride": "    c.mul_(w)\n    a.as_strided_((3,), (5,), 0)\n    a.add_(1)\n    return a * 1, c\n",
+    "restride_then_alias_unrecorded": "    a.as_strided_((2, 3), (4, 1), 1)\n    c.mul_(2)\n    return a * w, c\n",
+    "restride_then_alias_no_grad": "    a.as_strided_((3,), (5,), 0)\n    with torch.no_grad():\n        c.mul_(w)\n    return a * w, c\n",
+    "restride_rows_then_alias_recorded": "    a.as_strided_((2, 3), (4, 1), 1)\n    c.mul_(w)\n    return a * 1, c\n",
+}
+ALIASED_INPUTS = {"rows_and_row": ("x[1:]", "x[0]"), "strided_and_row": ("x[::2]", "x[1]"), "rows_and_base": ("x[1:]", "x"), "base_and_row": ("x", "x[0]")}
+
+
+@pytest.mark.parametrize("aliases", sorted(ALIASED_INPUTS))
+@pytest.mark.parametrize("program", sorted(ALIASED_PROGRAMS))
+def test_restrided_input_with_alias_written(program, aliases):
+    source = "def f(a, c, w):\n" + ALIASED_PROGRAMS[program]
+    ea, ec = ALIASED_INPUTS[aliases]
+    inputs = {
+        "bases": [{"shape": [4, 4], "dtype": "float32", "rg": False}, {"shape": [], "dtype": "float32", "rg": True}],
+        "args": [{"kind": "tensor", "base": 0, "expr": ea}, {"kind": "tensor", "base": 0, "expr": ec}, {"kind": "tensor", "base": 1, "expr": "x"}],
+    }
+    if program.endswith("unrecorded") or program.endswith("no_grad"):
+        check_case(source, inputs, modes=["grad", "no_grad"])
+    else:
+        _eager_or_refused(source, inputs)

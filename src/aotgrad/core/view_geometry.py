@@ -240,12 +240,27 @@ class EagerViewGeometry(TorchFunctionMode):
         #: locations outside the input, so the run over it decides any re-stride of a tensor
         #: on them (within the input's elements or not, past its extent too)
         self.unrecorded_partial_storages: set[StorageWeakRef] = set()
+        #: each input's functional storage -> its caller's storage (inputs aliasing one
+        #: another have one caller storage, and a functional storage each)
+        self.caller_storage: dict[StorageWeakRef, StorageWeakRef] = {}
+        #: caller storages a write autograd records went into, through any input on them
+        self.recorded_caller_storages: set[StorageWeakRef] = set()
+        #: caller storages on which a tensor was re-strided outside its input's elements
+        #: because the storage had no autograd history (``Restrided.outside_input``)
+        self.outside_caller_storages: set[StorageWeakRef] = set()
+        callers = [StorageWeakRef(fake.untyped_storage()) for _, fake in inputs]
+        #: caller storages several inputs share: an ``as_strided_`` of one of them counts as
+        #: in ``outside_caller_storages`` wherever it lays the tensor out (a write autograd
+        #: records through an alias gave the re-strided input another gradient than eager's,
+        #: also for an input laid out as its whole storage)
+        self.aliased_caller_storages = {c for c in callers if callers.count(c) > 1}
         with _disable_current_modes():
             for f, fake in inputs:
                 storage = torch.empty(
                     fake.untyped_storage().nbytes() // fake.element_size(), dtype=fake.dtype, device="meta"
                 )
                 self.shadows[id(f)] = (f, storage.as_strided(*_geometry(fake)))
+                self.caller_storage[StorageWeakRef(f.untyped_storage())] = StorageWeakRef(fake.untyped_storage())
                 if _covers_storage(fake):
                     self.covering_inputs.add(id(f))
                 elif mergeable:
@@ -309,6 +324,7 @@ class EagerViewGeometry(TorchFunctionMode):
         in_bounds = self._as_strided_of_merged_input("as_strided", args, kwargs)
         if in_bounds is not None:
             self.restrided_partial_storages.add(storage)
+            self.outside_caller_storages.add(self.caller_storage[storage])
         return in_bounds
 
     def _shadow(self, t: Any) -> torch.Tensor | None:
@@ -656,6 +672,10 @@ class EagerViewGeometry(TorchFunctionMode):
         it needs nothing: the new layout stays within the tensor's own data
         (:func:`restrides_within`), or the tensor is an intermediate (its own storage)."""
         v = args[0]
+        if type(v) is FunctionalTensor:
+            caller = self.caller_storage.get(StorageWeakRef(v.untyped_storage()))
+            if caller in self.aliased_caller_storages:
+                self.outside_caller_storages.add(caller)
         if type(v) is not FunctionalTensor or (
             restrides_within(v, args[1:], kwargs) and not self._view_of_offset_input(v)
         ):
@@ -667,6 +687,8 @@ class EagerViewGeometry(TorchFunctionMode):
         own_elements = _addressed(*_geometry(owner)) if owner is not None else None
         within = new_elements is not None and own_elements is not None and new_elements <= own_elements
         outside = not within and self._without_history(v)
+        if outside:
+            self.outside_caller_storages.add(self.caller_storage[StorageWeakRef(v.untyped_storage())])
         within = within or outside
         root = rebased_root(v, args[1:], kwargs)
         if root is not None:
@@ -694,8 +716,38 @@ class EagerViewGeometry(TorchFunctionMode):
 
     def _without_history(self, t: FunctionalTensor) -> bool:
         """``t`` is on a partial input storage without autograd history
-        (``unrecorded_partial_storages``) and has none itself yet."""
-        return StorageWeakRef(t.untyped_storage()) in self.unrecorded_partial_storages and not t.requires_grad
+        (``unrecorded_partial_storages``) and has none itself yet, nor got any through an
+        input aliasing it (``recorded_caller_storages``)."""
+        storage = StorageWeakRef(t.untyped_storage())
+        return (
+            storage in self.unrecorded_partial_storages and not t.requires_grad
+            and self.caller_storage[storage] not in self.recorded_caller_storages
+        )
+
+    def _note_recorded_write(self, name: str, args: tuple, kwargs: dict) -> None:
+        """After a write (``name``) into an input's storage that autograd recorded (the written
+        tensor requires grad afterwards, on a storage that had no history: see
+        ``unrecorded_partial_storages``), note its caller's storage; refuse where a tensor on
+        that storage was re-strided outside its input's elements (``outside_caller_storages``):
+        through an input aliasing the re-strided one, too, the synthetic base's gradient for
+        the re-strided input differs from eager's (checked in tests/test_restrided_views.py)."""
+        written = kwargs.get("out")
+        if written is None and args and writes_through_source(name):
+            written = args[0]
+        if not isinstance(written, FunctionalTensor) or not written.requires_grad:
+            return
+        caller = self.caller_storage.get(StorageWeakRef(written.untyped_storage()))
+        if caller is None:
+            return
+        self.recorded_caller_storages.add(caller)
+        if caller in self.outside_caller_storages:
+            raise AotgradCompileError(
+                f"aotgrad: in-place {name} at {current_user_line()} writes, with an operand that "
+                "requires grad, into an input's storage on which a tensor was re-strided by "
+                "as_strided_ outside its input's own elements: the gradient through the re-strided "
+                "tensor would not be eager's. clone() the input first, or re-stride it outside the "
+                "function."
+            )
 
     def _check_restrided(self, name: str, written: FunctionalTensor | None, restrided: list[Restrided]) -> None:
         """Refuse a write (``name``, into ``written``) into a storage with a view re-strided by
@@ -750,6 +802,7 @@ class EagerViewGeometry(TorchFunctionMode):
             if restride is not None:
                 self.restrided.setdefault(StorageWeakRef(args[0].untyped_storage()), []).append(restride)
             self._check_restrided(name, written, restrided)
+            self._note_recorded_write(name, args, kwargs)
         return out
 
     def _run(self, func, args: tuple, kwargs: dict) -> Any:
