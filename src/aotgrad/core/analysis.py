@@ -595,7 +595,7 @@ def analyze(
             stack.enter_context(mode)
             stack.enter_context(checks)
             stack.enter_context(geometry)
-            stack.enter_context(EagerRewrites(reroot_is_exact=geometry.reroot_is_exact))
+            stack.enter_context(EagerRewrites(reroot_is_exact=geometry.reroot_is_exact, addressed_as_eager=geometry.addressed_as_eager))
             # (innermost: the other modes see the calls it makes in place of the program's)
             stack.enter_context(geometry.stale_uses)
             out_leaves, out_spec = program(*f_inputs)

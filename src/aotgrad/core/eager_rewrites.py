@@ -115,7 +115,8 @@ class EagerRewrites(TorchFunctionMode):
     """
 
     def __init__(
-        self, reroot_is_exact: Callable[[FunctionalTensor, list[FunctionalTensor]], bool] | None = None
+        self, reroot_is_exact: Callable[[FunctionalTensor, list[FunctionalTensor]], bool] | None = None,
+        addressed_as_eager: Callable[..., bool] | None = None,
     ) -> None:
         super().__init__()
         #: the program has used a tensor whose size-1 dims have strides a contiguous tensor
@@ -141,6 +142,9 @@ class EagerRewrites(TorchFunctionMode):
         #: eager's elements (the analysis's eager layouts decide); None: the trace after the
         #: analysis, which decided so
         self.reroot_is_exact = reroot_is_exact
+        #: whether the tensors' sizes, strides and offsets are eager's (the analysis's eager
+        #: layouts decide); None: the trace after the analysis, which decided so
+        self.addressed_as_eager = addressed_as_eager
 
     def _rebase_before_write(self, func, args: tuple, kwargs: dict) -> None:
         """Before a write into a storage with views whose rebase waits (``pending_rebases``),
@@ -224,6 +228,29 @@ class EagerRewrites(TorchFunctionMode):
         if args and type(args[0]) is FunctionalTensor:
             self._note_strided_views(func, args[0], out)
         return out
+
+    def _unrecorded_write_past_as_strided(self, func, args: tuple, kwargs: dict) -> bool:
+        """An in-place write that autograd does not record through a view whose
+        functionalization chain has an ``as_strided`` after its first step, which
+        :meth:`_reroot_before_write` did not re-record (its base's own chain does not start
+        at it: an in-place metadata op changed the base, ``a.t_(); a[0].as_strided(...)``;
+        fuzz seeds 3003721, 4001955, 7000266): it is written as its base's memory locations
+        (:func:`~aotgrad.core.overlapping_writes.overlapping_write`), where (in the analysis)
+        the view's and its base's sizes, strides and offsets are eager's
+        (``addressed_as_eager``); else functionalization's refusal stands."""
+        written = _written(func, args, kwargs)
+        if len(written) != 1:
+            return False
+        dest = written[0]
+        with torch._C.DisableTorchFunction():
+            base = dest._base
+            if type(base) is not FunctionalTensor or not _as_strided_after_first(dest):
+                return False
+            if torch.is_grad_enabled() and any(
+                isinstance(t, torch.Tensor) and t.requires_grad for t in pytree.tree_leaves((args, kwargs))
+            ):
+                return False  # eager's autograd records it: its gradient is not expressed here
+        return self.addressed_as_eager is None or self.addressed_as_eager(dest, base)
 
     def _note_strided_views(self, func, source: FunctionalTensor, out: Any) -> None:
         """Note the views ``func`` made of ``source`` whose functionalization chain has an
@@ -336,7 +363,9 @@ class EagerRewrites(TorchFunctionMode):
             x, p, train = _bind(args, kwargs, ("input", "p", "train"), ())
             inplace = func in _DROPOUTS_INPLACE
         else:
-            rewritten, out = overlapping_write(func, args, kwargs, self._commit)
+            rewritten, out = overlapping_write(
+                func, args, kwargs, self._commit, by_location=self._unrecorded_write_past_as_strided(func, args, kwargs)
+            )
             if rewritten:
                 return out
             root = _written_root(func, args, kwargs)

@@ -190,19 +190,23 @@ def _written(func: Any, args: tuple, kwargs: dict) -> tuple[str, Any] | None:
 
 
 def overlapping_write(
-    func: Any, args: tuple, kwargs: dict, commit: Callable[[FunctionalTensor, torch.Tensor], None]
+    func: Any, args: tuple, kwargs: dict, commit: Callable[[FunctionalTensor, torch.Tensor], None],
+    *, by_location: bool = False,
 ) -> tuple[bool, Any]:
     """Run the in-place op ``func(*args, **kwargs)`` as a write of its destination's root
     where the destination overlaps itself or is a view through an overlapping step (see the
     module docstring). Returns ``(True, result)`` where it did, ``(False, None)`` where the op
     is none of these (the caller runs it). ``commit(root, new_value)`` writes the root
     (``root.copy_(new_value)``, keeping its layout). Raises eager's error, or refuses, where
-    eager's result would be its loop order's."""
+    eager's result would be its loop order's. ``by_location``: write the destination's root so
+    whether or not the destination overlaps (a write functionalization would refuse, whose
+    destination's chain has an ``as_strided`` after its first step; the caller checks that
+    autograd does not record it and that the sizes, strides and offsets are eager's)."""
     written = _written(func, args, kwargs)
     if written is None or type(written[1]) is not FunctionalTensor:
         return False, None
     name, dest = written
-    chain = _chain_overlaps(dest)
+    chain = by_location or _chain_overlaps(dest)
     geometry = _geometry(dest)
     dest_overlaps = geometry is not None and overlaps_itself(geometry[0], geometry[1])
     if geometry is not None and not dest_overlaps and not chain:

@@ -501,6 +501,18 @@ class EagerViewGeometry(TorchFunctionMode):
             and _same_addressing(eager_geometry, _geometry(value))
         )
 
+    def addressed_as_eager(self, *tensors: FunctionalTensor) -> bool:
+        """Each tensor (an input, an intermediate or a view of either, shadowed) reports
+        eager's size, stride and storage offset: location arithmetic on them names eager's
+        storage locations (``EagerRewrites._unrecorded_write_past_as_strided``)."""
+        for t in tensors:
+            shadow = self._shadow(t)
+            if shadow is None:
+                shadow = self._root_shadow(t)
+            if shadow is None or _geometry(shadow) != _geometry(t):
+                return False
+        return True
+
     def reroot_is_exact(self, root: FunctionalTensor, views: list[FunctionalTensor]) -> bool:
         """Whether a write scattered into (a copy of) ``root`` through ``views`` recorded as
         ``root.as_strided`` of their geometry (``EagerRewrites._reroot_before_write``) writes
