@@ -108,6 +108,54 @@ def f(opt, a, b):
     assert res.ok or ("impl raised, eager did not: AotgradCompileError" in report and "differ" not in report), report
 
 
+#: in-place metadata ops on the root before it is re-strided
+EARLIER_METAS = {
+    "t_": "t.t_()",
+    "transpose_": "t.transpose_(0, 1)",
+    "swapdims_": "t.swapdims_(1, 0)",
+    "unsqueeze_": "t.unsqueeze_(0)",
+    "squeeze_": "t.unsqueeze_(0); t.squeeze_(0)",
+}
+
+
+@pytest.mark.parametrize(
+    "meta,view,restride,scenario",
+    list(itertools.product(sorted(EARLIER_METAS), ["slice", "transpose", "expand"], sorted(RESTRIDES), ["use", "view_of_stale"])),
+)
+def test_view_of_intermediate_changed_then_restrided_is_eagers(meta, view, restride, scenario):
+    """Another metadata op on the root before ``as_strided_``: functionalization's record of
+    the root is then that op and the ``as_strided``; with no data write into the storage
+    since the first, the storage is laid out as the root was (eager's)."""
+    check_case(_changed_then_restrided(meta, view, restride, scenario), INPUTS, modes=["grad", "no_grad"])
+
+
+@pytest.mark.parametrize("meta,restride", list(itertools.product(sorted(EARLIER_METAS), sorted(RESTRIDES))))
+def test_write_into_intermediate_changed_then_restrided_is_eagers_or_refused(meta, restride):
+    """A write into such a root's storage (functionalization may scatter it back laid out
+    otherwise, through the other op's inverse): later uses of its earlier views are eager's
+    or refused, naming the line, never different."""
+    src = _changed_then_restrided(meta, "slice", restride, "write_root_then_use")
+    res = run_case(src, INPUTS, None, post=[], modes=["grad", "no_grad"], seed=0)
+    report = res.report()
+    assert res.ok or ("impl raised, eager did not: AotgradCompileError" in report and "differ" not in report), report
+
+
+def _changed_then_restrided(meta: str, view: str, restride: str, scenario: str) -> str:
+    return _source("intermediate", view, restride, scenario).replace(
+        "    " + RESTRIDES[restride], "    " + EARLIER_METAS[meta] + "\n    " + RESTRIDES[restride], 1
+    )
+
+
+def test_fuzz_3013125_squeeze__then_as_strided__of_intermediate():
+    check_case(
+        "def f(a):\n    t0 = a.t()\n    t1 = t0.softmax(-1)\n    t2 = a.t()\n    t5 = t1.sin()\n"
+        "    t6 = t5.t()\n    t5.squeeze_(0)\n    t5.as_strided_((3,), (1,), 1)\n    t7 = torch.maximum(t6, t2)\n"
+        "    return t5, t7\n",
+        {'bases': [{'shape': [3, 4, 1], 'dtype': 'float64', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.view(-1)'}]},
+        modes=["grad"], seed=3013125,
+    )
+
+
 def test_root_transposed_then_restrided_still_refused_or_eagers():
     """A root that ``t_`` made a view of itself before ``as_strided_``: its storage's layout is
     not recorded, so the use stays refused (naming it) or is eager's, never silently wrong."""

@@ -69,3 +69,21 @@ def f(a, b):
 ''',
         inputs={'bases': [{'shape': [3], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x[1:]'}, {'kind': 'same', 'arg': 0}]},
     )
+
+
+#: which outputs the program returns: the view and its detached base, in either order
+RETURNS_WITH_BASE = {
+    "view_then_base": "v, t1",
+    "base_then_view": "t1, v",
+    "base_view_and_sum": "t1, v, v.sum()",
+}
+
+
+@pytest.mark.parametrize("returns", sorted(RETURNS_WITH_BASE))
+@pytest.mark.parametrize("view", sorted(VIEWS))
+def test_view_of_intermediate_detached_in_place_returned_with_it(view, returns):
+    """Fuzz seed 3019885: ``t1 = tanh(b); v = t1.unsqueeze(0); t1.detach_(); return v, t1``:
+    eager's ``v`` keeps its history and has ``t1`` (detached) as its ``_base``; rebuilt off the
+    graph's detached ``t1`` it required no grad, and a backward from it raised."""
+    src = f"def f(a):\n    t1 = a.pow(2) * a\n    v = {VIEWS[view]}\n    t1.detach_()\n    return {RETURNS_WITH_BASE[returns]}\n"
+    check_case(src, INPUTS, modes=["grad", "no_grad"])

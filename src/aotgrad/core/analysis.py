@@ -850,6 +850,10 @@ def analyze(
             )
             continue
         base = o._base
+        if base is None and _detached_after_views(o, out_leaves, checks):
+            # its views keep their history, and have it as their ``_base`` (fuzz seed 3019885)
+            output_info.append(OutputInfo(OutputType.non_alias, detached_after_views=True, **{**common, "requires_grad": True}))
+            continue
         if base is None or not isinstance(base, FunctionalTensor):
             output_info.append(OutputInfo(OutputType.non_alias, **common))
             continue
@@ -1192,6 +1196,20 @@ def _keeps_history_through_detach(base: torch.Tensor, out_leaves: list, checks: 
     return (
         not any(t is base for t in out_leaves)
         and all(t.requires_grad for t in views)
+        and not any(t is leaf for t in views for leaf, _ in checks.new_leaves)
+    )
+
+
+def _detached_after_views(o: torch.Tensor, out_leaves: list, checks: _EagerChecks) -> bool:
+    """``o``, an output without history, is an intermediate the program ``detach_()``ed after
+    taking views of it that it returns, and not written since; every output viewing it
+    requires grad and is no new leaf (``OutputInfo.detached_after_views``)."""
+    entry = checks.detached_intermediates.get(id(o))
+    if entry is None or entry[0] is not o or o._version != entry[1] or o.requires_grad:
+        return False
+    views = [t for t in out_leaves if isinstance(t, torch.Tensor) and t._base is o]
+    return (
+        bool(views) and all(t.requires_grad for t in views)
         and not any(t is leaf for t in views for leaf, _ in checks.new_leaves)
     )
 

@@ -19,7 +19,7 @@ Where each value sits among the graphs' inputs and outputs is not recorded here 
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -197,6 +197,11 @@ class OutputInfo:
     #: with ``graph_returns_root``: the alias's (size, stride, storage_offset), static, where
     #: it is not laid out as the call input (None where it is)
     root_geometry: tuple | None = None
+    #: a ``non_alias`` output the program ``detach_()``ed after taking views of it that it
+    #: returns too, all requiring grad (``analysis._detached_after_views``): the graph returns
+    #: it as before the detach (``tracing.IntermediateDetaches``), with its history and a
+    #: tangent; the runtime rebuilds the views off it, then detaches it, as eager's
+    detached_after_views: bool = False
     view_source: Any = field(default=None, compare=False, repr=False)
     constant: Any = field(default=None, compare=False)
 
@@ -272,11 +277,22 @@ class ViewAndMutationMetadata:
         """Graph inputs the program detaches in place (``detach_()``)."""
         return tuple(i for i, x in enumerate(self.input_info) if x.detached_in_place)
 
-    def graph_values(self, out_leaves: Sequence[Any], user_outputs: Sequence[int]) -> list[Any]:
+    def graph_values(
+        self, out_leaves: Sequence[Any], user_outputs: Sequence[int], before_detach: Callable[[Any], Any] | None = None
+    ) -> list[Any]:
         """What the graph returns for each of the user outputs ``user_outputs`` (indices into
         ``out_leaves``, the program's flattened outputs): the output, or its autograd root
-        where the runtime makes the output off that (``OutputInfo.graph_returns_root``)."""
-        return [out_leaves[j]._base if self.output_info[j].graph_returns_root else out_leaves[j] for j in user_outputs]
+        where the runtime makes the output off that (``OutputInfo.graph_returns_root``), or,
+        in the joint, ``before_detach`` of it (``OutputInfo.detached_after_views``)."""
+        values = []
+        for j in user_outputs:
+            info, o = self.output_info[j], out_leaves[j]
+            if info.graph_returns_root:
+                o = o._base
+            elif info.detached_after_views and before_detach is not None:
+                o = before_detach(o)
+            values.append(o)
+        return values
 
     @staticmethod
     def build(

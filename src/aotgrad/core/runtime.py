@@ -306,6 +306,8 @@ class OutputBuilder:
         )))
         #: how many of :attr:`aliases` are rebuilt before the detach
         self.before_detach = len(aliases) - len(after)
+        #: user outputs detached once their views are rebuilt (``OutputInfo.detached_after_views``)
+        self.detached_outputs = tuple(j for j, o in enumerate(metadata.output_info) if o.detached_after_views)
         #: forward-output positions of intermediate bases the program made new autograd leaves
         self.leaf_bases = tuple(
             first_base + k for k, leaf in enumerate(metadata.intermediate_base_new_leaf)
@@ -315,6 +317,7 @@ class OutputBuilder:
         #: outputs are exactly a slice of the forward outputs
         self.is_slice = (
             all(k == "out" for k, _, _ in plan) and not self.leaf_bases and not slot_bases and not self.detached_inputs
+            and not self.detached_outputs
         )
         self.out_spec = out_spec
         if out_spec.is_leaf():
@@ -387,6 +390,8 @@ class OutputBuilder:
                 result[j] = _alias_requiring_grad(result[j], info.new_leaf)
         if self.before_detach == len(self.aliases):
             _detach_inputs(call_inputs, self.detached_inputs)
+        for j in self.detached_outputs:
+            result[j].detach_()  # the program's detach_(), after the views eager took before it
         return self.pack(result)
 
 

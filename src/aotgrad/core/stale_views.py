@@ -30,6 +30,7 @@ import torch._C._functionalization as functionalization
 import torch.utils._pytree as pytree
 from torch._subclasses.functional_tensor import FunctionalTensor
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import _disable_current_modes
 
 __all__ = ["StaleViewUses", "writes_through_source"]
 
@@ -47,6 +48,11 @@ _NOT_RECORDED = frozenset(
      "is_contiguous", "element_size", "untyped_storage", "data_ptr", "__len__", "__repr__",
      "__format__", "requires_grad_", "is_floating_point", "is_complex", "type"}
 )
+#: functionalization's records of in-place metadata ops that keep a tensor's elements
+_RELAYOUT_VIEW_METAS = frozenset(
+    {"t__ViewMeta", "transpose__ViewMeta", "unsqueeze__ViewMeta", "squeeze__ViewMeta",
+     "squeeze__dim_ViewMeta", "squeeze__dims_ViewMeta"}
+)
 #: augmented assignments (``t += x``): in-place data ops by another name
 _INPLACE_DUNDERS = frozenset(
     {"__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__",
@@ -57,6 +63,40 @@ _INPLACE_DUNDERS = frozenset(
 def _geometry(t: torch.Tensor) -> Geometry:
     with torch._C.DisableTorchFunction():
         return (tuple(t.shape), tuple(t.stride()), t.storage_offset())
+
+
+def _laid_out_as(base: torch.Tensor, earlier: Geometry) -> torch.Tensor | None:
+    """A view of ``base`` in the geometry ``earlier`` it had before in-place metadata ops that
+    only permuted its dims or added or removed size-1 dims (``squeeze``, ``permute``,
+    ``unsqueeze``); None where no such view gives it (other elements, dims that cannot be told
+    apart)."""
+    size, stride, offset = _geometry(base)
+    size0, stride0, offset0 = earlier
+    if offset != offset0:
+        return None
+    now = [(n, st) for n, st in zip(size, stride) if n != 1]
+    then = [(n, st) for n, st in zip(size0, stride0) if n != 1]
+    if sorted(now) != sorted(then) or len(set(now)) != len(now):
+        return None
+    relaid = base.squeeze() if len(now) != len(size) else base
+    order = [now.index(d) for d in then]
+    if order != sorted(order):
+        relaid = relaid.permute(order)
+    for dim, n in enumerate(size0):
+        if n == 1:
+            relaid = relaid.unsqueeze(dim)
+    return relaid if _same_geometry(_geometry(relaid), earlier) else None
+
+
+def _same_geometry(a: Geometry, b: Geometry) -> bool:
+    """Two layouts of one shape put every element at the same storage offset (strides of
+    size-1 dims are never stepped along)."""
+    (size, stride, offset), (size_b, stride_b, offset_b) = a, b
+    if size != size_b:
+        return False
+    if any(n == 0 for n in size):
+        return True
+    return offset == offset_b and all(n == 1 or st == st_b for n, st, st_b in zip(size, stride, stride_b))
 
 
 def writes_through_source(name: str) -> bool:
@@ -81,6 +121,11 @@ class StaleViewUses(TorchFunctionMode):
         super().__init__()
         #: id(view) -> (the view, the version autograd last recorded its history at)
         self._versions: dict[int, tuple[torch.Tensor, int]] = {}
+        #: id(view) -> (the view, its base's geometry when it was made)
+        self._base_geometries: dict[int, tuple[torch.Tensor, Geometry]] = {}
+        #: ids of the call's targets written through their recorded ops (:meth:`replays_write`)
+        #: instead of ``as_strided`` of their base, for the analysis to check too
+        self.replayed: set[int] = set()
         self.rewritten: dict[int, tuple[torch.Tensor, Geometry]] = {}
         self.rewritten_in = ""
 
@@ -100,6 +145,7 @@ class StaleViewUses(TorchFunctionMode):
             isinstance(t, torch.Tensor) and t.requires_grad for t in leaves
         )
         targets: list[torch.Tensor] = []
+        self.replayed = set()
         with torch._C.DisableTorchFunction():
             for t in leaves:
                 written = writes and t is source
@@ -130,10 +176,47 @@ class StaleViewUses(TorchFunctionMode):
                 if written and functionalization.get_view_meta_sequence(t._base.elem):
                     # an in-place metadata op made the base a view of itself in
                     # functionalization, which refuses a write through an as_strided that is
-                    # not the first view of its chain (the analysis refuses the write)
+                    # not the first view of its chain: the write goes through the base laid
+                    # back out as it was when the view was made and the view's own ops, where
+                    # they give its geometry (else the analysis refuses the write)
+                    if self.replays_write(t):
+                        targets.append(t)
+                        self.replayed.add(id(t))
                     continue
                 targets.append(t)
         return targets
+
+    def replays_write(self, t: torch.Tensor) -> bool:
+        """A write through ``t``, a view whose base an in-place metadata op made a view of its
+        own storage in functionalization since ``t`` was made, can go through ``t``'s recorded
+        ops (``_view_func``) applied to the base laid back out as it was then
+        (:func:`_laid_out_as`): the base's elements are the ones it had (only ``t_``,
+        ``transpose_``, ``swapdims_``, ``unsqueeze_``, ``squeeze_`` changed it), ``t`` has no
+        ``as_strided`` step (functionalization refuses a write through one that is not its
+        chain's first), and the replay, run on meta tensors, gives ``t``'s geometry. Autograd's
+        replay of that chain on the base as it is then names the same elements, as eager's
+        ``CopySlices`` does by ``t``'s geometry."""
+        entry = self._base_geometries.get(id(t))
+        if entry is None or entry[0] is not t:
+            return False
+        base_chain = functionalization.get_view_meta_sequence(t._base.elem)
+        chain = functionalization.get_view_meta_sequence(t.elem)
+        if any(type(vm).__name__ not in _RELAYOUT_VIEW_METAS for vm in base_chain) or any(
+            type(vm).__name__ in ("as_strided_ViewMeta", "as_strided__ViewMeta") for vm in chain
+        ):
+            return False
+        with torch._C.DisableTorchFunction():
+            base = t._base
+            try:
+                with _disable_current_modes():
+                    storage = torch.empty(base.untyped_storage().nbytes() // base.element_size(), dtype=base.dtype, device="meta")
+                    relaid = _laid_out_as(storage.as_strided(*_geometry(base)), entry[1])
+                    if relaid is None:
+                        return False
+                    replayed = _geometry(t._view_func_unsafe(relaid))
+            except Exception:  # noqa: BLE001 - the view's ops do not apply: no replay
+                return False
+            return _same_geometry(replayed, _geometry(t))
 
     def _note_versions(self, source: Any, out: Any) -> None:
         """As :meth:`EagerViewGeometry._note_versions`: new views' versions; an in-place op
@@ -146,6 +229,7 @@ class StaleViewUses(TorchFunctionMode):
         for r in out if isinstance(out, (tuple, list)) else (out,):
             if isinstance(r, FunctionalTensor) and r is not source and r._base is not None and id(r) not in self._versions:
                 self._versions[id(r)] = (r, r._version)
+                self._base_geometries[id(r)] = (r, _geometry(r._base))
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
@@ -162,7 +246,10 @@ class StaleViewUses(TorchFunctionMode):
         for t in targets:
             geometry = _geometry(t)
             self.rewritten[id(t)] = (t, geometry)
-            proxies[id(t)] = t._base.as_strided(*geometry)
+            if id(t) in self.replayed:
+                proxies[id(t)] = t._view_func_unsafe(_laid_out_as(t._base, self._base_geometries[id(t)][1]))
+            else:
+                proxies[id(t)] = t._base.as_strided(*geometry)
         source = args[0]
 
         def swap(x: Any) -> Any:

@@ -133,7 +133,9 @@ def _functional_forward(
             )
         return signature.pack_forward(
             [originals[i] for i in signature.mutated_inputs],
-            md.graph_values(out_leaves, signature.user_outputs),
+            md.graph_values(
+                out_leaves, signature.user_outputs, kept.before_detach if isinstance(kept, IntermediateDetaches) else None
+            ),
             bases,
         )
 

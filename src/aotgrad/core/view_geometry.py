@@ -216,12 +216,12 @@ class EagerViewGeometry(TorchFunctionMode):
         #: the mode that addresses stale views by ``as_strided`` of their base (entered
         #: inside this one: this one sees the calls it makes), whose rewrites are checked
         self.stale_uses: StaleViewUses | None = None
-        #: id(root) -> (the root; whether it addressed its storage as eager's when
-        #: ``as_strided_`` first re-strided it): an input or intermediate that
-        #: functionalization then records as an ``as_strided`` view of its own storage, whose
-        #: current geometry no longer tells how the storage is laid out
-        #: (:meth:`_restrided_root_addresses_storage_as_eager`)
-        self.restrided_roots: dict[int, tuple[torch.Tensor, bool]] = {}
+        #: id(root) -> (the root; whether it addressed its storage as eager's when an in-place
+        #: metadata op first changed it; functionalization's count of data writes into its
+        #: storage then): an input or intermediate that functionalization then records as a
+        #: view of its own storage, whose geometry after an ``as_strided_`` no longer tells how
+        #: the storage is laid out (:meth:`_restrided_root_addresses_storage_as_eager`)
+        self.restrided_roots: dict[int, tuple[torch.Tensor, bool, int]] = {}
         #: storage -> each view on it that ``as_strided_`` re-strided where a later write into
         #: the storage may not be exact (:meth:`_restride`)
         self.restrided: dict[StorageWeakRef, list[Restrided]] = {}
@@ -437,6 +437,17 @@ class EagerViewGeometry(TorchFunctionMode):
         rewritten, self.stale_uses.rewritten = self.stale_uses.rewritten, {}
         name = self.stale_uses.rewritten_in
         for view, used in rewritten.values():
+            # (a write replayed through the view's ops off its base laid back out: not where
+            # the base is an input, which the joint re-lays out through its own alias of it,
+            # whose views it does not rewrite, so the traced program would not be this one)
+            if id(view) in self.stale_uses.replayed and self._shadow(view._base) is not None:
+                raise AotgradCompileError(
+                    f"aotgrad: in-place {name} at {current_user_line()} writes through a view taken "
+                    "before an in-place metadata op (t_, transpose_, unsqueeze_, as_strided_, ...) "
+                    "changed its base's geometry, an input; autograd on the traced program would "
+                    "route this write's gradient to other elements. Take the view after the "
+                    "metadata op, or write through a view of a clone()."
+                )
             if not self._rewrite_is_exact(view, used):
                 raise AotgradCompileError(
                     f"aotgrad: {name} at {current_user_line()} uses (or writes through) a view that an "
@@ -461,30 +472,38 @@ class EagerViewGeometry(TorchFunctionMode):
         return self._addresses_storage_as_eager(view._base) or self._restrided_root_addresses_storage_as_eager(view._base)
 
     def _note_restrided_root(self, name: str, args: tuple) -> None:
-        """Before ``as_strided_`` re-strides a root (an input or intermediate functionalization
-        holds as its storage's base, no view of it), record whether it addresses its storage as
-        eager's (:meth:`_addresses_storage_as_eager`) then."""
-        if name != "as_strided_" or not args or not isinstance(args[0], FunctionalTensor):
+        """Before an in-place metadata op first changes a root (an input or intermediate
+        functionalization holds as its storage's base, no view of it), record whether it
+        addresses its storage as eager's (:meth:`_addresses_storage_as_eager`) then, and the
+        storage's count of data writes."""
+        if name not in _METADATA_INPLACE or name in _UNSHADOWABLE or not args or not isinstance(args[0], FunctionalTensor):
             return
         root = args[0]
         if id(root) in self.restrided_roots or functionalization.get_view_meta_sequence(root.elem):
             return
-        self.restrided_roots[id(root)] = (root, self._addresses_storage_as_eager(root))
+        self.restrided_roots[id(root)] = (
+            root, self._addresses_storage_as_eager(root), torch._functionalize_mutation_counter(root.elem)
+        )
 
     def _restrided_root_addresses_storage_as_eager(self, root: FunctionalTensor) -> bool:
-        """``root``, an intermediate, was its storage's base addressing the storage as eager's
-        when ``as_strided_`` first re-strided it (``restrided_roots``), and has been re-strided
-        only by ``as_strided_`` since: ``as_strided`` of it names storage offsets of that base, whose
-        layout a later write keeps (functionalization scatters it back by
-        ``as_strided_scatter``, laid out as the base), and its current functional geometry is
-        eager's. A read of ``root.as_strided`` then names eager's elements, and autograd's
-        ``AsStridedBackward0`` takes ``root``'s current geometry as its input's, as eager's
-        regenerated one does."""
+        """``root``, an intermediate re-strided by ``as_strided_`` (its functional chain's last
+        step), was its storage's base addressing the storage as eager's when an in-place
+        metadata op first changed it (``restrided_roots``), and functionalization's base value
+        of the storage is still laid out as then: its chain is ``as_strided`` steps only (a
+        write scatters back by ``as_strided_scatter``, laid out as the base), or nothing wrote
+        into the storage since (the inverse of another metadata op may lay the base out
+        otherwise). ``as_strided`` of ``root`` then names eager's elements where its current
+        functional geometry is eager's, and autograd's ``AsStridedBackward0`` takes ``root``'s
+        current geometry as its input's, as eager's regenerated one does."""
         entry = self.restrided_roots.get(id(root))
         if entry is None or entry[0] is not root or not entry[1]:
             return False
         chain = functionalization.get_view_meta_sequence(root.elem)
-        if not chain or any(type(vm).__name__ not in _AS_STRIDED_VIEW_METAS for vm in chain):
+        if not chain or type(chain[-1]).__name__ not in _AS_STRIDED_VIEW_METAS:
+            return False
+        if any(type(vm).__name__ not in _AS_STRIDED_VIEW_METAS for vm in chain) and (
+            torch._functionalize_mutation_counter(root.elem) != entry[2]
+        ):
             return False
         # an intermediate: the joint re-strides an input through its own alias of it, whose
         # views StaleViewUses does not rewrite there (the traced autograd would replay them)
