@@ -138,3 +138,23 @@ def test_write_reading_an_aliased_input(op, w, r):
         },
         modes=["grad", "no_grad"],
     )
+
+
+@pytest.mark.parametrize("dims", [(2, 3), (1, 2), (1, 3)])
+def test_copy_into_itself_transposed_in_size1_dims(dims):
+    """Fuzz seed 3015141: the same elements in the same positions, the layouts differing only
+    in the strides of size-1 dims (which a trace's meta functions and eager's kernels may
+    choose otherwise): eager runs it."""
+    check_case(
+        source=(
+            "def f(c):\n"
+            "    t0 = c.relu()\n"
+            "    t0.unsqueeze_(-3)\n"
+            f"    t1 = t0.transpose{dims}\n"
+            "    t0.copy_(t1)\n"
+            "    return [t0]\n"
+        ),
+        inputs={"bases": [{"shape": [1, 2, 1], "dtype": "float32", "rg": False}],
+                "args": [{"kind": "tensor", "base": 0, "expr": "x.transpose(0, 1)"}]},
+        modes=["grad", "no_grad"],
+    )

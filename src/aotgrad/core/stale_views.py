@@ -66,10 +66,11 @@ def _geometry(t: torch.Tensor) -> Geometry:
 
 
 def _laid_out_as(base: torch.Tensor, earlier: Geometry) -> torch.Tensor | None:
-    """A view of ``base`` in the geometry ``earlier`` it had before in-place metadata ops that
-    only permuted its dims or added or removed size-1 dims (``squeeze``, ``permute``,
-    ``unsqueeze``); None where no such view gives it (other elements, dims that cannot be told
-    apart)."""
+    """A view of ``base`` in the geometry ``earlier`` that names the same elements with its
+    dims permuted or size-1 dims added or removed (``squeeze``, ``permute``, ``unsqueeze``),
+    as in-place metadata ops (``t_``, ``unsqueeze_``, ...) change a tensor; ``base`` itself
+    where it is laid out so already; None where no such view gives it (other elements, dims
+    that cannot be told apart)."""
     size, stride, offset = _geometry(base)
     size0, stride0, offset0 = earlier
     if offset != offset0:
@@ -193,9 +194,10 @@ class StaleViewUses(TorchFunctionMode):
         (:func:`_laid_out_as`): the base's elements are the ones it had (only ``t_``,
         ``transpose_``, ``swapdims_``, ``unsqueeze_``, ``squeeze_`` changed it), ``t`` has no
         ``as_strided`` step (functionalization refuses a write through one that is not its
-        chain's first), and the replay, run on meta tensors, gives ``t``'s geometry. Autograd's
-        replay of that chain on the base as it is then names the same elements, as eager's
-        ``CopySlices`` does by ``t``'s geometry."""
+        chain's first), and the replay, run on meta tensors, gives ``t``'s elements, laid out
+        as ``t`` is by such ops (``t`` itself may have been re-laid out in place since).
+        Autograd's replay of that chain on the base as it is then names the same elements, as
+        eager's ``CopySlices`` does by ``t``'s geometry."""
         entry = self._base_geometries.get(id(t))
         if entry is None or entry[0] is not t:
             return False
@@ -213,10 +215,10 @@ class StaleViewUses(TorchFunctionMode):
                     relaid = _laid_out_as(storage.as_strided(*_geometry(base)), entry[1])
                     if relaid is None:
                         return False
-                    replayed = _geometry(t._view_func_unsafe(relaid))
+                    replayed = _laid_out_as(t._view_func_unsafe(relaid), _geometry(t))
             except Exception:  # noqa: BLE001 - the view's ops do not apply: no replay
                 return False
-            return _same_geometry(replayed, _geometry(t))
+            return replayed is not None
 
     def _note_versions(self, source: Any, out: Any) -> None:
         """As :meth:`EagerViewGeometry._note_versions`: new views' versions; an in-place op
@@ -247,7 +249,9 @@ class StaleViewUses(TorchFunctionMode):
             geometry = _geometry(t)
             self.rewritten[id(t)] = (t, geometry)
             if id(t) in self.replayed:
-                proxies[id(t)] = t._view_func_unsafe(_laid_out_as(t._base, self._base_geometries[id(t)][1]))
+                proxies[id(t)] = _laid_out_as(
+                    t._view_func_unsafe(_laid_out_as(t._base, self._base_geometries[id(t)][1])), geometry
+                )
             else:
                 proxies[id(t)] = t._base.as_strided(*geometry)
         source = args[0]
