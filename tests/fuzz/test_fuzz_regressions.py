@@ -2875,9 +2875,8 @@ def f(a, s, flag):
     )
 
 
-@XFAIL('backward.baseN.grad values')
 def test_mul__into_squeezed_view_input_grad():
-    """Fuzz seed 3007054 (final 20k run at 09ce625), minimized: a view input not requiring grad squeeze_()d, then written with an operand requiring grad; the operand's gradient differs (silent, pre-existing at 7706f3e)."""
+    """Fuzz seed 3007054 (final 20k run at 09ce625), minimized: a view input not requiring grad squeeze_()d, then written with an operand requiring grad; the operand's gradient differed (silent, pre-existing at 7706f3e): the joint wrote through a view alias of the input whose chain autograd replays without the squeeze_ (now a copy, tracing._functional_forward)."""
     check_case(
         source='''
 def f(k, a, b):
@@ -2895,9 +2894,8 @@ def f(k, a, b):
     )
 
 
-@XFAIL('backward.baseN.grad values')
 def test_permute_of_view_transposed_under_no_grad_grad():
-    """Fuzz seed 4005060 (final 20k run at 09ce625), minimized: a view of a leaf t_()d under no_grad, then viewed and used with grad; the leaf's gradient differs (silent, pre-existing at 7706f3e)."""
+    """Fuzz seed 4005060 (final 20k run at 09ce625), minimized: a view of a leaf t_()d under no_grad, then viewed and used with grad; the leaf's gradient differed (silent, pre-existing at 7706f3e): the rebuilt t3 replayed the whole chain under no_grad, eager's t0 regenerates its grad_fn off the leaf (now EagerViewGeometry._note_no_grad_views adds no no_grad step to a view made with grad recording)."""
     check_case(
         source='''
 def f(a):

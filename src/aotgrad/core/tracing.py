@@ -79,10 +79,14 @@ def _functional_forward(
                 geometry_changes = info.mutates_metadata and info.new_view != (
                     tuple(x.shape), tuple(x.stride()), x.storage_offset()
                 )
+                # (and an input that autograd's history reaches only through the program's
+                # write, re-laid out: a write recorded through a view alias of it would be
+                # replayed by autograd on the alias's chain, which misses the metadata ops)
                 if protect_mutated_inputs and (
-                    info.mutates_data or info.detached_in_place or info.relaid_out_under_no_grad
-                    or info.grad_layout_at_use is not None
-                ) and x.requires_grad:
+                    (info.mutates_data or info.detached_in_place or info.relaid_out_under_no_grad
+                     or info.grad_layout_at_use is not None) and x.requires_grad
+                    or info.mutation_visible_to_autograd and geometry_changes
+                ):
                     inputs[i] = _clone_keeping_strides(x)
                     if not info.mutates_data:
                         continue  # detached in place (below); the clone absorbs the metadata changes

@@ -1020,8 +1020,11 @@ class EagerViewGeometry(TorchFunctionMode):
         """Record the no_grad prefix (:meth:`no_grad_prefix`) of the views of ``source`` (a
         tensor without a shadow: an intermediate) that ``out`` holds, as :meth:`_follow`
         does for shadowed ones; a view already recorded keeps its entry (``._base`` returns
-        an existing tensor). An in-place metadata op (``t_``) under no_grad on a view
-        extends its chain by a no_grad step: the whole chain is its prefix then."""
+        an existing tensor). An in-place metadata op (``t_``) under no_grad on a view with a
+        no_grad prefix extends its chain by a no_grad step: the whole chain is its prefix
+        then. (On a view made with grad recording it adds none: eager regenerates the view's
+        grad_fn off its base, ``AsStridedBackward0`` in the new geometry, so its gradient and
+        that of the views taken of it afterwards reach the base: fuzz seed 4005060.)"""
         if torch.is_grad_enabled():
             steps = self.no_grad_prefix(source)
         else:
@@ -1030,7 +1033,7 @@ class EagerViewGeometry(TorchFunctionMode):
             return
         if out is source:
             # only a metadata op adds a step to the chain (a data op under no_grad adds none)
-            if steps < 0 and source._base is not None and name in _METADATA_INPLACE:
+            if steps < 0 and source._base is not None and name in _METADATA_INPLACE and self.no_grad_prefix(source):
                 self.no_grad_steps[id(source)] = (source, len(functionalization.get_view_meta_sequence(source.elem)))
             return
         for r in out if isinstance(out, (tuple, list)) else (out,):
