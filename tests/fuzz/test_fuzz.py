@@ -55,11 +55,8 @@ KNOWN: dict[str, list[str]] = {
     # --- raising where eager does not: detach_() / in-place on leaves and their views
     "call: impl raised, eager did not: AotgradCompileError: aotgrad: the program detaches input N in": ["test_detach__of_input_sharing_storage_with_mutated_alias"],
     # --- raising where eager does not: writes through overlapping memory, as_strided_ beyond the view
-    "call: impl raised, eager did not: AotgradCompileError: aotgrad: in-place": ["test_view_of_intermediate_mutated_after_base_as_strided_", "test_setitem_through_int32_view_of_expanded_input", "test_inplace_add_on_self_overlapping_as_strided_input", "test_setitem_after_as_strided__of_offset_input_to_storage_start"],
+    "call: impl raised, eager did not: AotgradCompileError: aotgrad: in-place": ["test_view_of_intermediate_mutated_after_base_as_strided_", "test_setitem_through_int32_view_of_expanded_input", "test_inplace_add_on_self_overlapping_as_strided_input"],
     # --- refused: a view changed by an in-place metadata op, used once its storage changed
-    "call: impl raised, eager did not: AotgradCompileError: aotgrad: matmul at": ["test_unsqueeze_view_of_intermediate_replayed_after_as_strided_"],
-    "call: impl raised, eager did not: AotgradCompileError: aotgrad: unbind at": ["test_unbind_of_view_of_intermediate_restrided_by_as_strided_"],
-    "call: impl raised, eager did not: AotgradCompileError: aotgrad: as_strided_ at": ["test_as_strided__on_input_view_reaching_past_its_extent"],
     # --- raising where eager does not: other
     # --- not raising where eager does
     "backward: eager raised, impl did not: RuntimeError: Trying to use a saved tensor that has been detac": ["test_backward_after_detach__of_output_saved_for_backward"],
