@@ -32,7 +32,7 @@ from torch._subclasses.functional_tensor import FunctionalTensor
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import _disable_current_modes
 
-__all__ = ["StaleViewUses", "writes_through_source"]
+__all__ = ["StaleViewUses", "same_addressing", "writes_through_source"]
 
 Geometry = tuple[tuple[int, ...], tuple[int, ...], int]
 
@@ -86,12 +86,12 @@ def _laid_out_as(base: torch.Tensor, earlier: Geometry) -> torch.Tensor | None:
     for dim, n in enumerate(size0):
         if n == 1:
             relaid = relaid.unsqueeze(dim)
-    return relaid if _same_geometry(_geometry(relaid), earlier) else None
+    return relaid if same_addressing(_geometry(relaid), earlier) else None
 
 
-def _same_geometry(a: Geometry, b: Geometry) -> bool:
-    """Two layouts of one shape put every element at the same storage offset (strides of
-    size-1 dims are never stepped along)."""
+def same_addressing(a: Geometry, b: Geometry) -> bool:
+    """Two layouts of one shape put every element at the same storage offset: only the
+    strides of size-1 dims (never stepped along) may differ, and nothing where it is empty."""
     (size, stride, offset), (size_b, stride_b, offset_b) = a, b
     if size != size_b:
         return False

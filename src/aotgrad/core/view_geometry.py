@@ -32,7 +32,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from ..errors import AotgradCompileError, current_user_line
 from .kernel_checks import raise_eager_overlap_error
 from .overlapping_writes import _location_set
-from .stale_views import StaleViewUses, writes_through_source
+from .stale_views import StaleViewUses, same_addressing, writes_through_source
 
 __all__ = ["EagerViewGeometry", "Geometry", "as_strided_geometry", "functional_geometry", "rebased_root", "restride_drops_gradient", "restrides_within"]
 
@@ -355,7 +355,7 @@ class EagerViewGeometry(TorchFunctionMode):
         eager's tensor (an in-place data op replaced it by an out-of-place op's result, laid
         out as that op chose): the graph's value addresses its elements otherwise."""
         shadow = self._root_shadow(t)
-        return shadow is not None and not _same_addressing(_geometry(shadow), functional_geometry(t))
+        return shadow is not None and not same_addressing(_geometry(shadow), functional_geometry(t))
 
     def stale(self, t: torch.Tensor) -> bool:
         """An in-place op changed ``t``'s storage (through another alias, or under no_grad)
@@ -517,7 +517,7 @@ class EagerViewGeometry(TorchFunctionMode):
         value = torch._from_functional_tensor(root.elem)
         return (
             value.untyped_storage().nbytes() == eager_shadow.untyped_storage().nbytes()
-            and _same_addressing(eager_geometry, _geometry(value))
+            and same_addressing(eager_geometry, _geometry(value))
         )
 
     def addressed_as_eager(self, *tensors: FunctionalTensor) -> bool:
@@ -576,7 +576,7 @@ class EagerViewGeometry(TorchFunctionMode):
             return False
         torch._sync(root)
         value = torch._from_functional_tensor(root.elem)
-        return value.untyped_storage().nbytes() == nbytes and _same_addressing(eager_root, _geometry(value))
+        return value.untyped_storage().nbytes() == nbytes and same_addressing(eager_root, _geometry(value))
 
     def _refuse_write_through_outdated_view(self, name: str, args: tuple, kwargs: dict, out: Any) -> None:
         """Refuse an in-place data op that autograd records on a view whose base an in-place
@@ -1061,7 +1061,7 @@ def _autograd_replays(view: FunctionalTensor) -> bool:
         return True
     replayed = _autograd_replay(view)
     # (strides of size-1 dims are never stepped along: the replay names the same elements)
-    return replayed is not None and _same_addressing(replayed, functional_geometry(view))
+    return replayed is not None and same_addressing(replayed, functional_geometry(view))
 
 
 def _autograd_replay(view: FunctionalTensor) -> Geometry | None:
@@ -1209,18 +1209,7 @@ def _relaid_out(t: FunctionalTensor, shadow: torch.Tensor) -> bool:
         if functionalization.get_view_meta_sequence(t.elem):
             return False
         torch._sync(t)
-        return not _same_addressing(_geometry(torch._from_functional_tensor(t.elem)), _geometry(shadow))
-
-
-def _same_addressing(a: Geometry, b: Geometry) -> bool:
-    """Two layouts of one shape put every element at the same storage offset: only the
-    strides of size-1 dims (never stepped along) may differ, and nothing where it is empty."""
-    (size, stride, offset), (size_b, stride_b, offset_b) = a, b
-    if size != size_b:
-        return False
-    if any(n == 0 for n in size):
-        return True
-    return offset == offset_b and all(n == 1 or st == st_b for n, st, st_b in zip(size, stride, stride_b))
+        return not same_addressing(_geometry(torch._from_functional_tensor(t.elem)), _geometry(shadow))
 
 
 @contextlib.contextmanager
