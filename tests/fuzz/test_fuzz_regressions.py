@@ -3043,3 +3043,25 @@ RESTRIDED_OUTSIDE_UNRECORDED_INPUT = {
 def test_restrided_outside_unrecorded_input(seed):
     source, inputs = RESTRIDED_OUTSIDE_UNRECORDED_INPUT[seed]
     check_case(source=source, inputs=inputs, post=[], modes=['grad', 'no_grad'], seed=int(seed))
+
+
+@XFAIL('backward.baseN.grad values')
+def test_seed_10015469():
+    """Silent, open (since b5b2040 lifted the refusal of writes through as_strided of a
+    detach()ed alias): a sliced input's detach()ed alias, written through as_strided with an
+    operand requiring grad and returned, sends the gradient of the wrong element to the
+    operand (the forward values are eager's)."""
+    check_case(
+        source='''
+def f(a, b):
+    t0 = b.detach()
+    t2 = a.squeeze()
+    t4 = t0.as_strided((1,), (1,), 1)
+    t4.sub_(t2, alpha=2)
+    return t0
+''',
+        inputs={'bases': [{'shape': [], 'dtype': 'float32', 'rg': True}, {'shape': [3, 1], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 1, 'expr': 'x[1:]'}]},
+        post=[],
+        modes=['grad'],
+        seed=15469,
+    )
