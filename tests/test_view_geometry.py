@@ -121,3 +121,23 @@ def test_as_strided__of_non_contiguous_view_then_write_is_eagers():
         return b.sum()
 
     check(f, lambda: (torch.randn(3, 3),))
+
+
+@pytest.mark.parametrize("inputs", ["every_other_row", "column_slice", "row_slice"])
+@pytest.mark.parametrize("data", ["mul_", "masked_fill_", "setitem"])
+@pytest.mark.parametrize("strided", ["as_strided", "as_strided_"])
+def test_as_strided_reads_the_callers_gaps_after_a_write(inputs, data, strided):
+    """An input with gaps between its elements (``x[::2]``), written in place, then
+    ``as_strided`` onto locations in the gaps: eager reads the caller's values there. The
+    traced value, re-laid out as the input after the write, holds the input's elements only
+    (a regression of b5b2040, whose layout-keeping write made the old refusal pass by: sums
+    of garbage in the gaps)."""
+
+    def f(a):
+        DATA_MUTATIONS[data](a)
+        if strided == "as_strided_":
+            a.as_strided_((2, 2), (1, 2), a.storage_offset())
+            return a.sum(), a * 1
+        return a.as_strided((4,), (1,), a.storage_offset()) * 1
+
+    check(f, lambda: (INPUTS[inputs](),), backward=False)
