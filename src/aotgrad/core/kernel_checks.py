@@ -120,7 +120,10 @@ def raise_eager_overlap_error(
     ``t``'s eager layout, None where it is not known (the op is then not checked); tensors are
     compared where they share a storage (``StorageWeakRef``). Eager's test: two layouts,
     both non-overlapping and dense, whose element ranges intersect, unless both are the same
-    range in the same strides ("too hard" layouts, not dense, are never refused)."""
+    range in the same strides (:func:`_partial_overlap`). Layouts eager finds "too hard" (not
+    dense) it runs; where an element the op changes is read at another position there, the
+    result is eager's kernel's visiting order's, and the op is refused
+    (:class:`AotgradCompileError`, :func:`_order_dependent`)."""
     written, read, index = _written_and_read(func, args, kwargs)
     if written is None or not read:
         return
