@@ -530,9 +530,7 @@ def _keeping_layout(root: FunctionalTensor, func, args: tuple, kwargs: dict, *, 
     the shape environment cannot prove equal count as another layout), or ``root`` has a
     size-1 dim and ``size1_unknown`` (the kernels' strides there may not be the trace's, see
     :class:`EagerRewrites`), or ``root`` is empty: the graph then gets ``copy(empty_like(old value), new value)``,
-    laid out at run time as the kernels laid out the old value (size-1 dims included); where
-    the old value is not dense (static strides, no overlap: an input ``x[:, ::2]``),
-    ``copy(empty_strided(its size, its strides), new value)``.
+    laid out at run time as the kernels laid out the old value (size-1 dims included).
     ``root``'s views are regenerated off the new value. Autograd sees nothing of it (the
     same values)."""
     with torch._C.DisableTorchFunction():
@@ -550,13 +548,12 @@ def _keeping_layout(root: FunctionalTensor, func, args: tuple, kwargs: dict, *, 
         # of an empty diagonal keeps its strides in eager, meta makes them contiguous)
         empty = any(type(n) is int and n == 0 for n in old.shape)
         with disable_functional_mode(), torch.no_grad():
-            # a non-dense old value (an input sliced with a step, say; static strides) keeps
-            # its own strides, as eager's tensor does: empty_like would lay it out densely, and
-            # the ops on it afterwards follow its layout (size-1 dims included)
-            like = torch.empty_like(old) if dense else torch.empty_strided(
-                tuple(old.shape), tuple(old.stride()), dtype=old.dtype, device=old.device
-            )
-            target = old.stride()
+            # (a non-dense old value, an input sliced with a step, is laid out densely: a
+            # buffer in its own strides would hold its elements only, and an as_strided of it
+            # would read that buffer's gaps, not the caller's: view_geometry._relaid_out
+            # refuses it or merges the input into a synthetic base where laid out otherwise)
+            like = torch.empty_like(old)
+            target = old.stride() if dense else like.stride()
             if _known_equal(new.stride(), target) and not (size1_unknown and size1) and not empty:
                 return out  # the unused empty_like is dropped with the trace's dead code
             relaid = torch.ops.aten.copy.default(like, new)

@@ -248,9 +248,6 @@ class EagerViewGeometry(TorchFunctionMode):
         #: caller storages on which a tensor was re-strided outside its input's elements
         #: because the storage had no autograd history (``Restrided.outside_input``)
         self.outside_caller_storages: set[StorageWeakRef] = set()
-        #: id(input) -> (the input; its caller's storage, as functionalization's value of it
-        #: holds it until an in-place op replaces the value: :meth:`_gaps_replaced`)
-        self.initial_values: dict[int, tuple[torch.Tensor, int]] = {}
         callers = [StorageWeakRef(fake.untyped_storage()) for _, fake in inputs]
         #: caller storages several inputs share: an ``as_strided_`` of one of them counts as
         #: in ``outside_caller_storages`` wherever it lays the tensor out (a write autograd
@@ -263,7 +260,6 @@ class EagerViewGeometry(TorchFunctionMode):
                     fake.untyped_storage().nbytes() // fake.element_size(), dtype=fake.dtype, device="meta"
                 )
                 self.shadows[id(f)] = (f, storage.as_strided(*_geometry(fake)))
-                self.initial_values[id(f)] = (f, fake.untyped_storage()._cdata)
                 self.caller_storage[StorageWeakRef(f.untyped_storage())] = StorageWeakRef(fake.untyped_storage())
                 if _covers_storage(fake):
                     self.covering_inputs.add(id(f))
@@ -271,21 +267,6 @@ class EagerViewGeometry(TorchFunctionMode):
                     self.partial_input_storages.setdefault(StorageWeakRef(f.untyped_storage()), self.shadows[id(f)][1])
                     if not _has_history(fake):
                         self.unrecorded_partial_storages.add(StorageWeakRef(f.untyped_storage()))
-
-    def _gaps_replaced(self, t: torch.Tensor) -> bool:
-        """``t`` is an input with gaps between its elements (not dense: ``x[::2]``) whose
-        functional value an in-place op replaced, laid out as ``t`` (``eager_rewrites.
-        _keeping_layout``): the new value holds ``t``'s elements only, its gaps none of the
-        caller's, so ``as_strided`` of it may read other values than eager's there."""
-        entry = self.initial_values.get(id(t))
-        if entry is None or entry[0] is not t:
-            return False
-        with torch._C.DisableTorchFunction():
-            if functionalization.get_view_meta_sequence(t.elem):
-                return False
-            torch._sync(t)
-            value = torch._from_functional_tensor(t.elem)
-            return value.untyped_storage()._cdata != entry[1] and not is_non_overlapping_and_dense_or_false(value)
 
     def _as_strided_of_merged_input(self, name: str, args: tuple, kwargs: dict) -> tuple | None:
         """The arguments to run ``as_strided`` (out of place) of a re-laid-out input with in
@@ -877,7 +858,7 @@ class EagerViewGeometry(TorchFunctionMode):
             return out
         name = getattr(func, "__name__", "")
         call_args = args
-        if name in _STORAGE_ADDRESSING and (_relaid_out(args[0], shadow) or self._gaps_replaced(args[0])):
+        if name in _STORAGE_ADDRESSING and (_relaid_out(args[0], shadow)):
             call_args = self._as_strided_of_merged_input(name, args, kwargs)
             if call_args is None:
                 raise AotgradCompileError(
