@@ -40,7 +40,8 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import _disable_current_modes
 
 from ..errors import AotgradCompileError, current_user_line
-from .overlapping_writes import _span
+from .overlapping_writes import _OVERLAP_ENUMERATION_LIMIT, _span
+from .overlapping_writes import _locations as _element_locations
 
 __all__ = ["raise_eager_dtype_error", "raise_eager_overlap_error"]
 
@@ -269,19 +270,11 @@ def _order_dependent(w: _Geometry, w_item: int, r: _Geometry, r_item: int, copie
 
 def _locations(g: _Geometry) -> list[int] | None:
     """The element offsets of a layout, position by position (row-major); None past
-    :data:`_ENUMERATION_LIMIT` elements."""
-    size, stride, offset = g
-    if math.prod(size) > _ENUMERATION_LIMIT:
+    ``overlapping_writes``' enumeration limit."""
+    if math.prod(g[0]) > _OVERLAP_ENUMERATION_LIMIT:
         return None
     with _outside_modes():
-        locs = torch.tensor(offset, dtype=torch.int64)
-        for n, st in zip(size, stride):
-            locs = locs.unsqueeze(-1) + torch.arange(n, dtype=torch.int64) * st
-        return locs.reshape(-1).tolist()
-
-
-#: above this many elements, a layout's element offsets are not enumerated
-_ENUMERATION_LIMIT = 1 << 16
+        return _element_locations(g, torch.device("cpu")).reshape(-1).tolist()
 
 
 def _bytes_intersect(a: _Geometry, a_item: int, b: _Geometry, b_item: int) -> bool:

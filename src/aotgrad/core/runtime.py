@@ -25,6 +25,7 @@ import torch.utils._pytree as pytree
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from .metadata import OutputInfo, OutputType, ViewAndMutationMetadata
+from .overlapping_writes import _locations as _element_locations
 from .overlapping_writes import strides_keep_apart
 from .saved_tensors import EagerSavedTensors, SavedVersions, check_saved_versions
 from .signature import GraphSignature
@@ -496,13 +497,7 @@ def _view_of_detached_alias(
 def _locations(geometry: tuple, device: torch.device) -> torch.Tensor:
     """The memory location (storage offset) of each element of ``geometry``, flattened in
     the elements' logical order (int64)."""
-    size, stride, offset = geometry
-    loc = torch.full((), offset, dtype=torch.int64, device=device)
-    for k, (n, st) in enumerate(zip(size, stride)):
-        shape = [1] * len(size)
-        shape[k] = n
-        loc = loc + (torch.arange(n, dtype=torch.int64, device=device) * st).view(shape)
-    return loc.expand(tuple(size)).reshape(-1)
+    return _element_locations(geometry, device).reshape(-1)
 
 
 class _GradByLocation(torch.autograd.Function):

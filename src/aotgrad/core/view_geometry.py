@@ -1144,12 +1144,10 @@ def _past_functional_storage(args: tuple, kwargs: dict, shadow: torch.Tensor) ->
 def _addressed(size: tuple, stride: tuple, offset: Any) -> frozenset[int] | None:
     """The storage offsets a static layout addresses; None where a value is symbolic or the
     layout is too large to enumerate."""
-    if any(type(n) is not int for n in (*size, *stride, offset)) or math.prod(size) > 1 << 16:
+    if any(type(n) is not int for n in (*size, *stride, offset)):
         return None
-    offsets = [offset]
-    for n, st in zip(size, stride):
-        offsets = [o + k * st for o in offsets for k in range(n)]
-    return frozenset(offsets)
+    found = _location_set((size, stride, offset))
+    return None if found is None else frozenset(found)
 
 
 def _scatters_into(root: FunctionalTensor) -> bool:
