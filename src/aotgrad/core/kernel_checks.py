@@ -29,6 +29,7 @@ sees the overlap; :func:`raise_eager_overlap_error` applies eager's test (Tensor
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -159,7 +160,10 @@ def raise_eager_overlap_error(
             )
 
 
+@functools.lru_cache(maxsize=None)
 def _pointwise(name: str, overload: str | None = None) -> bool:
+    """ATen's op ``name`` (its ``overload``, else any) carries the ``pointwise`` tag
+    (remembered: asked on every in-place op of every analysis run)."""
     packet = getattr(torch.ops.aten, name, None)
     if packet is None:
         return False
