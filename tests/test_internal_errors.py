@@ -208,6 +208,16 @@ def f(a):
     t3 = a.detach().as_strided((2,), (1,))
     return t2 * 3, t3, t0
 """,
+        # returned, or read through a property (``__get__``: ``_base``, ``mT``), where the
+        # program's grad mode records its intermediate (fuzz seed 13008278: the property read
+        # was taken for an in-place op, name ending in "_", and answered off the write proxy)
+        """
+def f(a):
+    t1 = (a * 2).detach()
+    t2 = t1.as_strided((2,), (1,), 1)
+    t3 = t1.as_strided((2, 1), (1, 1), 0)
+    return t2, t3.mT, t3.T, t2._base * 1
+""",
         # its offset moved by as_strided_ of the alias first
         """
 def f(a):

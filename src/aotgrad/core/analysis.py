@@ -30,7 +30,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from ..errors import AotgradCompileError, compile_error_from, current_user_line
-from .eager_rewrites import EagerRewrites
+from .eager_rewrites import _INPLACE_DUNDERS, EagerRewrites
 from .layout import takes_eager_layout
 from .effects import effects_as_ordered_nodes
 from .metadata import InputInfo, LeafSlot, OutputInfo, OutputType, ViewAndMutationMetadata
@@ -198,8 +198,8 @@ def _same_static_geometry(geometry: tuple, t: torch.Tensor) -> bool:
 
 def _is_write(name: str) -> bool:
     """An in-place method name: ``add_``, ``__setitem__``, ``__iadd__``..."""
-    if name.endswith("__"):
-        return name == "__setitem__" or name.startswith("__i")
+    if name.endswith("__"):  # (not ``__invert__``, ``__index__``, ``__iter__``, ``__get__``)
+        return name == "__setitem__" or name in _INPLACE_DUNDERS
     return name.endswith("_")
 
 

@@ -192,7 +192,9 @@ class EagerRewrites(TorchFunctionMode):
         if entry is None or entry[0]() is not args[0]:
             return None
         name = getattr(func, "__name__", "")
-        if not (name.endswith("_") or name in _INPLACE_DUNDERS) or name in _METADATA_INPLACE or "out" in kwargs:
+        # (``__get__``, a property read such as ``_base`` or ``mT``, ends in "_" too)
+        inplace = name in _INPLACE_DUNDERS or (name.endswith("_") and not name.endswith("__"))
+        if not inplace or name in _METADATA_INPLACE or "out" in kwargs:
             return None
         if torch.is_grad_enabled() and any(
             isinstance(t, torch.Tensor) and t.requires_grad for t in (*args[1:], *kwargs.values())
