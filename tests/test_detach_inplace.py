@@ -302,3 +302,38 @@ def test_write_after_detach_in_place_without_history_is_exact(no_grad):
         return t
 
     check(f, lambda: (torch.randn(2, 3, requires_grad=True),))
+
+
+_MERGED_MEMBER_DETACHED = """
+def f(a, b, c):
+    {before}
+    c.detach_()
+    {after}
+    return c * 2, a * 1, b
+"""
+
+
+@pytest.mark.parametrize("detached", ["x", "x[0]", "x.t()"])
+@pytest.mark.parametrize(
+    "before, after",
+    [("a.zero_()", "pass"), ("pass", "b.mul_(2)"), ("b.add_(1)", "c.sub_(1)"), ("pass", "c.add_(1)")],
+)
+@pytest.mark.parametrize("modes", [["grad"], ["no_grad"]])
+def test_detach_of_merged_input_requiring_no_grad(detached, before, after, modes):
+    """``detach_()`` of an input that requires no grad and shares its storage with a mutated
+    one (so all are members of a synthetic base): eager changes nothing where the caller's
+    tensor is no view, and raises "Can't detach views in-place" where it is one. The member
+    regenerated off the base is a view, whose detach_() raised where eager runs (fuzz seed
+    13001162)."""
+    harness.check_case(
+        source=_MERGED_MEMBER_DETACHED.format(before=before, after=after),
+        inputs={
+            "bases": [{"shape": [3, 3], "dtype": "float32", "rg": False}],
+            "args": [
+                {"kind": "tensor", "base": 0, "expr": "x.diagonal()"},
+                {"kind": "tensor", "base": 0, "expr": "x.detach()"},
+                {"kind": "tensor", "base": 0, "expr": detached},
+            ],
+        },
+        modes=modes,
+    )

@@ -25,6 +25,7 @@ Aliased inputs that are not mutated need none of this and keep one graph input e
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
+from torch.overrides import TorchFunctionMode
 
 from ..errors import AotgradCompileError
 from .metadata import OutputType, ViewAndMutationMetadata
@@ -40,6 +42,23 @@ from .overlapping_writes import overlaps_itself
 __all__ = ["InputAliasing", "SyntheticBase", "outputs_on_call_inputs", "plan_input_aliasing"]
 
 Strided = tuple[tuple[int, ...], tuple[int, ...], int]  # size, stride, storage_offset
+
+
+class _NoViewDetaches(TorchFunctionMode):
+    """While a program over synthetic bases runs: ``detach_()`` of a merged member that the
+    caller holds as no view and that requires no grad is skipped. Eager's changes nothing
+    there (no history to cut); the member regenerated here is a view of the base, whose
+    ``detach_()`` autograd refuses ("Can't detach views in-place", fuzz seed 13001162).
+    ``members``: the ids of those regenerated members."""
+
+    def __init__(self, members: set[int]) -> None:
+        super().__init__()
+        self._members = members
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        if func is torch.Tensor.detach_ and id(args[0]) in self._members and not args[0].requires_grad:
+            return args[0]
+        return func(*args, **(kwargs or {}))
 
 
 def _strided(t: torch.Tensor) -> Strided:
@@ -199,7 +218,12 @@ class InputAliasing:
                     else:
                         call_inputs[m] = member.detach() if separate else member
             members = {m: call_inputs[m] for m in extras}
-            leaves, spec = program(*call_inputs)
+            not_views = {
+                id(call_inputs[m]) for b in bases for m in b.members
+                if templates[m]._base is None and call_inputs[m]._base is not None
+            }
+            with _NoViewDetaches(not_views) if not_views else contextlib.nullcontext():
+                leaves, spec = program(*call_inputs)
             if not extras:
                 return leaves, spec
             # a fresh tensor each (no alias of the base): the runtime copies it in; with grad
