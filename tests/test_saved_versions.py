@@ -364,3 +364,42 @@ def test_caller_detaches_a_saved_input_in_place(op, kind, returned):
     assert outcomes[0] == outcomes[1]
     saves = "saves nothing" not in op
     assert (outcomes[0][0] == "raised") == (saves and kind == "non-leaf"), "the case does not test what it says"
+
+
+_SAVED_ITEM_OF_MULTI_OUTPUT_VIEW = """
+def f(a, b):
+    {change}
+    t = a.{view}[0]
+    {after}
+    return b * t.flatten()[:2]
+"""
+
+
+@pytest.mark.parametrize("view", ["split(1)", "unbind(0)", "chunk(2)", "split_with_sizes([1, a.shape[0] - 1])", "tensor_split(2)"])
+@pytest.mark.parametrize(
+    "change, after",
+    [
+        ("a.as_strided_((2, 2), (2, 1), 2)", "pass"),
+        ("a.t_()", "pass"),
+        ("a.transpose_(0, 1)", "a.t_()"),
+        ("a.unsqueeze_(0).squeeze_(0)", "pass"),
+        ("pass", "a.add_(1)"),
+        ("a.mul_(2)", "pass"),
+    ],
+)
+def test_saved_item_of_multi_output_view_of_changed_input(view, change, after):
+    """The Function saves an output of ``split``/``unbind``/... of an input (a ``getitem``
+    of the view op in the forward graph), whose metadata the runtime's write back changes
+    afterwards, moving the version counter the saved view shares: autograd refused it at the
+    backward where eager (which saved it after its op) runs (fuzz seed 13000307); or whose
+    data the program changes after saving it, where eager's backward raises."""
+    from tests.fuzz import harness
+
+    harness.check_case(
+        source=_SAVED_ITEM_OF_MULTI_OUTPUT_VIEW.format(view=view, change=change, after=after),
+        inputs={
+            "bases": [{"shape": [4, 2], "dtype": "float32", "rg": False}, {"shape": [2], "dtype": "float32", "rg": True}],
+            "args": [{"kind": "tensor", "base": 0, "expr": "x"}, {"kind": "tensor", "base": 1, "expr": "x"}],
+        },
+        modes=["grad", "no_grad"],
+    )

@@ -602,14 +602,24 @@ def saved_values(fw_module: fx.GraphModule, num_fwd_outputs: int) -> tuple[list[
 
 def view_root(node: fx.Node) -> fx.Node:
     """The node whose value ``node``'s is a view of, through view ops such as ``select``,
-    ``t``, ``as_strided`` (``node`` itself if it is no view): at run time the two share a
-    version counter."""
-    while node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) and node.target.is_view:
+    ``t``, ``as_strided``, and a multi-output one's ``getitem`` (``split``, ``unbind``;
+    ``node`` itself if it is no view): at run time the two share a version counter."""
+    while node.op == "call_function" and (
+        isinstance(node.target, torch._ops.OpOverload) and node.target.is_view or _item_of_views(node)
+    ):
         source = node.args[0]
         if not isinstance(source, fx.Node):
             break
         node = source
     return node
+
+
+def _item_of_views(node: fx.Node) -> bool:
+    """``node`` is ``operator.getitem`` of a multi-output view op's result."""
+    if node.target is not operator.getitem or not isinstance(node.args[0], fx.Node):
+        return False
+    target = node.args[0].target
+    return isinstance(target, torch._ops.OpOverload) and target.is_view
 
 
 def viewed_placeholder(node: fx.Node) -> fx.Node | None:
