@@ -12,8 +12,11 @@ So a data write whose destination overlaps itself (an ``expand()``ed or overlapp
 :func:`overlapping_write`: the op runs on a ``clone()`` of the destination (dense, so the
 functional op is exact), and the new values go to the destination's memory locations in its
 **root** (the functional ``._base``, or the tensor itself), by location arithmetic on the
-views' sizes, strides and storage offsets: ``root.copy_(where(hit, values, root))`` with
-``hit``/``values`` scattered over the storage span (``index_put``). Autograd then sees what
+sizes, strides and storage offsets of the destination's and the root's functional values
+(:func:`_value_geometry`): ``root.copy_(where(hit, values, root))`` with
+``hit``/``values`` scattered over the storage span (``index_put``). The op itself runs first
+as far as its first mutating op below autograd, so that autograd's checks of the destination
+raise eager's errors (:func:`_check_inplace_as_eager`). Autograd then sees what
 eager's sees: written locations lose the root's old gradient, the written values' sources
 get theirs (an element written through several aliases gets the gradient once per alias,
 as eager's ``as_strided`` view of the gradient gives it).
@@ -48,6 +51,7 @@ import torch
 import torch._C._functionalization as functionalization
 from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch._subclasses.functional_tensor import FunctionalTensor
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..errors import AotgradCompileError, current_user_line
 from .saved_tensors import note_backward_error, note_saved_by_stand_in, saving_into_copy
@@ -216,6 +220,8 @@ def overlapping_write(
             if is_non_overlapping_and_dense_or_false(dest):
                 # provably no overlap with symbolic sizes (no guard is added): the plain op
                 return False, None
+    # from here on the op runs on a clone: eager's autograd checks of the destination first
+    _check_inplace_as_eager(func, args, kwargs)
     if geometry is None:
         # a symbolic trace falls back to a static one (core/pipeline.py), where this is exact
         raise AotgradCompileError(
@@ -246,8 +252,16 @@ def overlapping_write(
             "element size (view(dtype)) whose memory overlaps itself; this is not supported. "
             "Write into a clone() instead."
         )
+    # the locations written: where ``dest``'s and ``root``'s functional values lie (see
+    # :func:`_value_geometry`); ``geometry`` stays eager's for eager's overlap checks
+    locations, root_locations = _value_geometry(dest), _value_geometry(root)
+    if locations is None or root_locations is None:
+        raise AotgradCompileError(
+            f"aotgrad: in-place {name} at {current_user_line()} through memory that overlaps itself, "
+            "whose functional value has symbolic sizes: the locations written cannot be computed."
+        )
     if name == "__setitem__":
-        return True, _setitem(dest, root, geometry, root_geometry, args, commit)
+        return True, _setitem(dest, root, locations, root_locations, args, commit)
     overlap = overlap_of(geometry[0], geometry[1])
     if name == "fill_" and isinstance(args[1] if len(args) > 1 else kwargs.get("value"), torch.Tensor):
         name = "copy_"  # eager fills from a tensor through copy_: its checks, not fill_'s
@@ -288,18 +302,52 @@ def overlapping_write(
         result, saved = saving_into_copy(lambda: func(*args, **{**kwargs, "out": values}))
     else:
         result, saved = saving_into_copy(lambda: func(values, *args[1:], **kwargs))
-    _write_locations(root, geometry, root_geometry, values, writer, commit)
+    _write_locations(root, locations, root_locations, values, writer, commit, geometry)
     _refresh_history(dest)
     # eager's node saved ``dest`` where this one saved ``values``: its version is checked
     note_saved_by_stand_in(saved, values, dest, version, name)
     return True, dest if result is values else result
 
 
-def _setitem(dest, root, geometry, root_geometry, args: tuple, commit) -> None:
+class _ReachedKernel(Exception):
+    """An in-place op got past autograd to its first mutating op (:class:`_StopAtMutation`)."""
+
+
+class _StopAtMutation(TorchDispatchMode):
+    """Raises :class:`_ReachedKernel` at the first op below autograd that mutates (before it
+    runs: nothing is written, and the version counter, bumped after the kernel returns, is
+    not); other ops (the views ``__setitem__`` takes on the way) go on to the modes below."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func._schema.is_mutable:
+            raise _ReachedKernel
+        return func(*args, **(kwargs or {}))
+
+
+def _check_inplace_as_eager(func: Any, args: tuple, kwargs: dict) -> None:
+    """Raise the error eager's autograd raises before the in-place op ``func`` writes its
+    destination (``check_inplace``: "Output 1 of Split is a view and is being modified
+    inplace...", "A view was created in no_grad mode and is being modified inplace with grad
+    mode enabled...", for the destination or the view ``__setitem__`` writes), by running the
+    op itself as far as its first mutating op below autograd. The rewrite runs the op on a
+    clone of the destination, which autograd would check instead. Autograd checks nothing
+    with grad mode off."""
+    if not torch.is_grad_enabled():
+        return
+    try:
+        with torch._C.DisableTorchFunction(), _StopAtMutation():
+            func(*args, **kwargs)
+    except _ReachedKernel:
+        pass
+
+
+def _setitem(dest, root, locations, root_locations, args: tuple, commit) -> None:
     """``dest[index] = value`` through memory that overlaps: the region eager writes is
     ``dest[index]`` (a view for a basic index: eager copies into it, refusing a stride-0 dim;
-    ``index_put_`` for an advanced one)."""
+    ``index_put_`` for an advanced one). ``locations``, ``root_locations``: the geometries of
+    ``dest``'s and ``root``'s functional values (:func:`_value_geometry`)."""
     _, index, value = args
+    geometry = _geometry(dest)  # eager's, for eager's overlap checks
     with torch._C.DisableTorchFunction():
         basic = _basic_index(index)
         region = dest[index] if basic else None
@@ -319,7 +367,7 @@ def _setitem(dest, root, geometry, root_geometry, args: tuple, commit) -> None:
     values[index] = value
     writer = torch.zeros(geometry[0], dtype=torch.bool, device=dest.device)
     writer[index] = True
-    _write_locations(root, geometry, root_geometry, values, writer, commit, region_geometry)
+    _write_locations(root, locations, root_locations, values, writer, commit, region_geometry or geometry)
     _refresh_history(dest)
 
 
@@ -327,8 +375,9 @@ def _write_locations(root, geometry, root_geometry, values, writer, commit, writ
     """``root.copy_(new)``: each location of ``dest`` (``geometry``) that an element with
     ``writer`` true (all, where None) maps to gets that element's ``values``; ``root``'s other
     elements keep theirs. Every location of ``dest`` is one of ``root``'s (a view of it).
-    ``written_view``: the geometry of the view eager's autograd records the write through
-    (``dest``'s where None)."""
+    ``geometry`` and ``root_geometry`` are of one buffer (the functional values').
+    ``written_view``: eager's geometry of the view eager's autograd records the write through
+    (``geometry`` where None)."""
     dest_loc = _location_set(geometry)
     root_loc = _location_set(root_geometry)
     if dest_loc is not None and root_loc is not None and not dest_loc <= root_loc:
@@ -359,6 +408,19 @@ def _write_locations(root, geometry, root_geometry, values, writer, commit, writ
         # its copy_ refuses a stride-0 output: raised there, when a backward reaches it
         note_backward_error(new.grad_fn, _EAGER_INTERNAL_OVERLAP)
     commit(root, new)
+
+
+def _value_geometry(f: FunctionalTensor) -> tuple[tuple, tuple, Any] | None:
+    """The geometry of ``f``'s functional value, brought up to date with its storage (None
+    where symbolic). The views of one storage are views of one buffer, their root's value, so
+    these geometries place them against each other as the graph computes them. The wrappers'
+    geometries do not: a write gives the root a new value (at storage offset 0, a non-dense
+    one laid out densely) and the root's wrapper keeps its old geometry, while a view made or
+    regenerated after it takes the new value's (fuzz seed 9011353: a write through an
+    ``expand`` of a sliced input, after a write of the input, landed one element early)."""
+    with torch._C.DisableTorchFunction():
+        torch._sync(f)
+        return _geometry(torch._from_functional_tensor(f.elem))
 
 
 def _refresh_history(dest: torch.Tensor) -> None:
