@@ -87,3 +87,39 @@ def test_view_of_intermediate_detached_in_place_returned_with_it(view, returns):
     graph's detached ``t1`` it required no grad, and a backward from it raised."""
     src = f"def f(a):\n    t1 = a.pow(2) * a\n    v = {VIEWS[view]}\n    t1.detach_()\n    return {RETURNS_WITH_BASE[returns]}\n"
     check_case(src, INPUTS, modes=["grad", "no_grad"])
+
+
+#: views of ``t1``, including the multi-output ops' and ones taken under no_grad
+WRITTEN_BASE_VIEWS = {
+    **VIEWS,
+    "split": "t1.split(1, 0)[0]",
+    "split_second": "t1.split(3, 0)[1]",
+    "chunk": "t1.chunk(2, 1)[1]",
+    "unbind": "t1.unbind(2)[1]",
+    "split_with_sizes": "t1.split_with_sizes([1, 3], 0)[1]",
+    "tensor_split": "t1.tensor_split(2, 0)[1]",
+    "view_of_split": "t1.split(2, 0)[1][0]",
+    "split_of_view": "t1[1:].unbind(0)[0]",
+}
+#: writes of the base after its ``detach_()``
+BASE_WRITES = {
+    "add_": "    t1.add_(1)\n",
+    "through_view": "    t1[0].mul_(2)\n",
+    "no_grad": "    with torch.no_grad():\n        t1.add_(1)\n",
+    "with_grad_operand": "    t1.mul_(a)\n",
+}
+
+
+@pytest.mark.parametrize("no_grad_view", [False, True])
+@pytest.mark.parametrize("write", sorted(BASE_WRITES))
+@pytest.mark.parametrize("view", sorted(WRITTEN_BASE_VIEWS))
+def test_view_of_intermediate_detached_in_place_then_written(view, write, no_grad_view):
+    """Fuzz seed 9010335: ``t0 = a.sum(1); t8 = t0.split(1, 0)[0]; t0.detach_(); t0.add_(1);
+    return t8``: eager's ``t8`` requires grad (its autograd record is as it was made) and
+    reading its ``grad_fn`` raises ("Output 0 of Split is a view and its base or another view
+    of its base has been modified inplace..."); aotgrad's required no grad and was a leaf."""
+    make = f"v = {WRITTEN_BASE_VIEWS[view]}"
+    if no_grad_view:
+        make = f"with torch.no_grad():\n        {make}"
+    src = f"def f(a):\n    t1 = a.pow(2) * a\n    {make}\n    t1.detach_()\n{BASE_WRITES[write]}    return v,\n"
+    check_case(src, INPUTS, modes=["grad", "no_grad"])

@@ -1250,7 +1250,8 @@ def _through_custom_function(o: torch.Tensor, root: torch.Tensor, modes: tuple[A
 def _invalidated_view(o: torch.Tensor, modes: tuple[Any, ...], geometry: EagerViewGeometry) -> str | None:
     """The name of the creation meta of eager's view ``o`` where reading its ``grad_fn`` raises (None
     where it does not): a view made in no_grad mode, or by a multi-output op, whose base
-    requires grad and whose storage an in-place op changed after the view was made. Eager
+    requires grad (or did when the view was made: the view has a grad_fn) and whose storage
+    an in-place op changed after the view was made. Eager
     keeps raising on every later use of its autograd history (``grad_fn``, ``is_leaf``,
     backward), so the rebuilt output must be such a view too. An ordinary (``DEFAULT``) view
     that is stale the same way (:meth:`EagerViewGeometry.stale`) is reported too: eager
@@ -1264,8 +1265,10 @@ def _invalidated_view(o: torch.Tensor, modes: tuple[Any, ...], geometry: EagerVi
     meta = torch._C._autograd._get_creation_meta(o)
     if meta == torch._C._autograd.CreationMeta.DEFAULT:
         # stale too, but eager regenerates its grad_fn (AsStridedBackward0 off its base) on
-        # the next read; so does autograd for a rebuilt view that is stale the same way
-        return meta.name if geometry.stale(o) and o._base.requires_grad else None
+        # the next read; so does autograd for a rebuilt view that is stale the same way. Also
+        # where the base requires no grad now (detach_()ed since the view was made, fuzz
+        # seed 9010335) but the view has a grad_fn: the regenerated one then has no next edge
+        return meta.name if geometry.stale(o) and (o._base.requires_grad or o.requires_grad) else None
     try:
         with contextlib.ExitStack() as stack:
             for m in modes:

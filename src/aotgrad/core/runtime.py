@@ -90,11 +90,17 @@ def _invalidated_view(base: torch.Tensor, info: OutputInfo, geometry: tuple | No
     prev = torch.is_grad_enabled()
     if info.invalidated_without_grad_fn:
         _set_grad_enabled(False)  # eager's view has no grad_fn of its own
+    history = _made_with_history_since_detached(base, info)
     try:
+        if history:
+            _set_grad_enabled(True)
+            base.requires_grad_(True)
         out = _multi_output_view(base, info, geometry)
         if out is None:
             out = _regenerate(base, info, geometry)
     finally:
+        if history:
+            base.detach_()
         _set_grad_enabled(prev)
         made_at = base._version
         _set_version_counter((base,), (version if made_at < version else made_at + 1,))
@@ -102,6 +108,21 @@ def _invalidated_view(base: torch.Tensor, info: OutputInfo, geometry: tuple | No
     if out._is_view() and torch._C._autograd._get_creation_meta(out) != meta:
         torch._C._autograd._set_creation_meta(out, meta)
     return out
+
+
+def _made_with_history_since_detached(base: torch.Tensor, info: OutputInfo) -> bool:
+    """Eager's invalidated view ``info`` has a grad_fn while ``base`` requires no grad: eager
+    made the view while its base had a history, which a ``detach_()`` of the base took away
+    since (fuzz seed 9010335: ``t8 = t0.split(1, 0)[0]; t0.detach_(); t0.add_(1)``). The view
+    keeps its autograd record: it requires grad, and reading its ``grad_fn`` raises (a
+    multi-output view) or regenerates one without a next edge (an ordinary view). So it is
+    rebuilt as eager made it: off ``base`` made a leaf requiring grad, which is then
+    ``detach_()``ed again (``base`` is a graph output or a detached user output: a leaf)."""
+    return (
+        info.requires_grad and not info.no_grad_view and not info.invalidated_without_grad_fn
+        and not info.detached and not base.requires_grad and base.is_leaf and not base._is_view()
+        and (base.is_floating_point() or base.is_complex())
+    )
 
 
 def _multi_output_view(base: torch.Tensor, info: OutputInfo, geometry: tuple | None) -> torch.Tensor | None:
