@@ -417,7 +417,9 @@ def outputs_on_call_inputs(
     ``._base`` as in eager, and their ``call_input_index`` is a call-input index.
 
     requires_grad stays from the analysis over bases: a mutation of one alias can make its
-    siblings require grad, which only that run sees; so can it invalidate their no_grad views.
+    siblings require grad, which only that run sees; so can it invalidate their no_grad and
+    multi-output views, and make a view taken under no_grad a ``no_grad_view`` (one that
+    requires grad without a grad_fn).
     """
     input_kinds = (OutputType.is_input, OutputType.alias_of_input)
     outputs = []
@@ -433,13 +435,22 @@ def outputs_on_call_inputs(
             # bases sees that (shared version counter); taken where the call's run agrees
             # that eager's view was made in no_grad mode.
             invalidated, step = o_call.invalidated, o_call.multi_output_step
-            if o_base.invalidated == "NO_GRAD_MODE" and o_call.no_grad_view:
+            without_grad_fn = o_call.invalidated_without_grad_fn
+            # a no_grad view of an input that requires grad only through a sibling's mutation
+            # (only the run over bases has it require grad): eager's requires grad without a
+            # grad_fn, so it is rebuilt under no_grad (fuzz seed 7006432)
+            no_grad_view = o_call.no_grad_view or (o_base.no_grad_view and not o_call.requires_grad)
+            if o_base.invalidated == "NO_GRAD_MODE" and no_grad_view:
                 invalidated = o_base.invalidated
             elif o_base.invalidated == "MULTI_OUTPUT_NODE" and o_base.multi_output_step is not None:
-                # (its chain over the base ends with the same multi-output op as the caller's)
+                # (its chain over the base ends with the same multi-output op as the caller's;
+                # made before a sibling's mutation gave the input a history, it has no grad_fn,
+                # which only that run sees: autograd's error says "A view was created in no_grad mode")
                 invalidated, step = o_base.invalidated, o_base.multi_output_step
+                without_grad_fn = o_base.invalidated_without_grad_fn
             o_base = dataclasses.replace(
-                o_call, requires_grad=o_base.requires_grad, invalidated=invalidated, multi_output_step=step
+                o_call, requires_grad=o_base.requires_grad, no_grad_view=no_grad_view, invalidated=invalidated,
+                multi_output_step=step, invalidated_without_grad_fn=without_grad_fn,
             )
         elif o_base.storage_of_input is not None:
             # a detach()ed alias with its own history: rebuilt off the caller's input
