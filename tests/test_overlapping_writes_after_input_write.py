@@ -41,6 +41,8 @@ DESTS = {
     "expand_tensor_split": "v[1:2].expand(3, 3).tensor_split(2, 1)[1]",
     "diagonal_expand": "v[1:].unsqueeze(0).diagonal(-1, 1, 0).expand(2, 1)",
     "select_expand": "v.select(0, -1).expand(2)",
+    "expand_t": "v[0:2].unsqueeze(1).expand(2, 3).t()",
+    "unfold": "v.unfold(0, 2, 1)",
 }
 
 WRITES = {

@@ -123,3 +123,23 @@ def test_view_of_intermediate_detached_in_place_then_written(view, write, no_gra
         make = f"with torch.no_grad():\n        {make}"
     src = f"def f(a):\n    t1 = a.pow(2) * a\n    {make}\n    t1.detach_()\n{BASE_WRITES[write]}    return v,\n"
     check_case(src, INPUTS, modes=["grad", "no_grad"])
+
+
+#: a use of the stale ordinary view in the program reads its grad_fn, which autograd regenerates
+#: off the functional base by the view's replay function: the base requires no grad, so the
+#: replay has no grad_fn and autograd's internal assert fails (eager's view has no replay
+#: function and regenerates AsStridedBackward0): an error where eager runs, not a divergence
+_STALE_USE_ASSERTS = pytest.mark.xfail(strict=True, reason="new_fn INTERNAL ASSERT in the analysis run")
+
+
+@pytest.mark.parametrize("returns", sorted(RETURNS_WITH_BASE))
+@pytest.mark.parametrize("view", ["split", "unbind", "select", "view_of_split"])
+def test_view_of_intermediate_detached_in_place_then_written_returned_with_it(view, returns, request):
+    """As above, with the detached base returned too (the view is rebuilt off that output)."""
+    if view == "select" and returns == "base_view_and_sum":
+        request.applymarker(_STALE_USE_ASSERTS)
+    src = (
+        f"def f(a):\n    t1 = a.pow(2) * a\n    v = {WRITTEN_BASE_VIEWS[view]}\n    t1.detach_()\n"
+        f"    t1.add_(1)\n    return {RETURNS_WITH_BASE[returns]}\n"
+    )
+    check_case(src, INPUTS, modes=["grad", "no_grad"])
