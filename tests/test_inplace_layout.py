@@ -510,3 +510,38 @@ def test_size1_strides_of_invalidated_view_of_intermediate(layout: str, maker: s
         inputs={"bases": [{"shape": shape, "dtype": "float32", "rg": True}], "args": [{"kind": "tensor", "base": 0, "expr": expr}]},
         seed=7,
     )
+
+
+#: reads whose result is the tensor itself or a copy, by its layout (eager's decision)
+LAYOUT_DECIDED_READS = {
+    "contiguous": "t0.contiguous()",
+    "reshape": "t0.reshape(-1)",
+    "flatten": "t0.flatten()",
+    "clone": "t0.clone()",
+    "mul": "t0 * 1",
+}
+
+
+@pytest.mark.parametrize("sliced", ["x[::2]", "x[:, ::2]", "x[..., :1]", "x.transpose(0, 2)[::2]"])
+@pytest.mark.parametrize("read", sorted(LAYOUT_DECIDED_READS))
+@pytest.mark.parametrize("alias", ["c.detach()", "c"])
+def test_non_dense_input_read_before_a_write_with_grad(read: str, sliced: str, alias: str) -> None:
+    """An input that requires grad and is written is cloned in its own layout before the
+    program runs (tracing._clone_keeping_strides); the clone's copy was taken for a program's
+    write into a non-dense tensor and laid out densely, so ``contiguous()`` (and ``reshape``)
+    of it returned it where eager copies: the read saw the later write (fuzz seed 14002453)."""
+    check_case(
+        source=(
+            "def f(c):\n"
+            f"    t0 = {alias}\n"
+            f"    t3 = {LAYOUT_DECIDED_READS[read]}\n"
+            "    with torch.no_grad():\n"
+            "        t0.mul_(2)\n"
+            "    return t3, t3 * 1\n"
+        ),
+        inputs={
+            "bases": [{"shape": [3, 4, 2], "dtype": "float32", "rg": True}],
+            "args": [{"kind": "tensor", "base": 0, "expr": sliced.replace("x", "(x * 1)") if alias == "c" else sliced}],
+        },
+        modes=["grad", "no_grad"],
+    )

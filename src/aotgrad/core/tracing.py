@@ -176,10 +176,13 @@ def _clone_keeping_strides(x: torch.Tensor) -> torch.Tensor:
     """A copy of ``x`` laid out as ``x`` (``clone()`` makes a non-dense layout contiguous,
     and then ``contiguous()`` in the program would return it instead of copying, as eager's
     does on the caller's non-contiguous input). An overlapping layout cannot be written, so it
-    is cloned contiguous."""
+    is cloned contiguous. The copy is ours, not the program's: the torch-function modes
+    (``EagerRewrites`` lays a non-dense tensor out densely again after a program's write into
+    it) do not see it (fuzz seed 14002453: ``contiguous()`` of the input returned it)."""
     if is_non_overlapping_and_dense_or_false(x) or overlaps_itself(tuple(x.shape), tuple(x.stride())):
         return x.clone()
-    return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device).copy_(x)
+    with torch._C.DisableTorchFunction():
+        return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device).copy_(x)
 
 
 def _trace(
