@@ -60,7 +60,6 @@ KNOWN: dict[str, list[str]] = {
     # --- refused: a view changed by an in-place metadata op, used once its storage changed
     # --- raising where eager does not: other
     # --- not raising where eager does
-    "backward: eager raised, impl did not: RuntimeError: Trying to use a saved tensor that has been detac": ["test_backward_after_detach__of_output_saved_for_backward"],
     "backward: eager raised, impl did not: RuntimeError: Function": ["test_backward_through_reshape_of_input_unsqueezed_under_no_grad", "test_backward_of_view_after_no_grad_t__between_metadata_mutations"],
 }
 

@@ -872,7 +872,6 @@ def f(b):
     )
 
 
-@XFAIL("aotgrad's backward succeeds")
 def test_backward_after_detach__of_output_saved_for_backward():
     """Output t1 is saved by t2 = t1.cos(); detaching t1 in place after the call makes eager's backward raise ('Trying to use a saved tensor that has been detached in-place')."""
     check_case(

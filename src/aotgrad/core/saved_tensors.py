@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,9 +53,9 @@ class EagerSavedTensor:
     saving it, else None. ``witness``: index into :attr:`EagerSavedTensors.witnesses` of the
     caller-held tensor sharing its version counter (-1: none). ``reached_from``: forward-output
     positions from whose gradient eager's backward reaches the node that saved it.
-    ``witness_itself``: it is the witness input itself, saved as an input of its node: eager's
-    unpacking refuses it where the caller's tensor had a grad_fn and was detached in place
-    since (``detach_()`` after the call: :data:`DETACHED_SAVED`)."""
+    ``witness_itself``: it is the witness (a graph input or a returned output) itself, saved
+    as an input of its node: eager's unpacking refuses it where the caller's tensor had a
+    grad_fn and was detached in place since (``detach_()`` after the call: :data:`DETACHED_SAVED`)."""
 
     description: str | None
     changed_by_program: str | None
@@ -299,10 +300,11 @@ def find_eager_saved(
                     continue  # nothing the caller holds can change it
                 if w not in witnesses:
                     witnesses.append(w)
-                # a saved input (not an output of the node) is described by its grad_fn at the
-                # backward, as eager's SavedVariable does
-                itself = w[0] and value is graph_inputs[w[1]] and value.grad_fn is not node
-                description = None if itself else described or _describe(value)
+                # saved as an input of its node (no output of it), the caller's tensor itself,
+                # which the caller may detach_(); a graph input's is described by its grad_fn
+                # at the backward, as eager's SavedVariable does
+                itself = value is (graph_inputs if w[0] else forward_outputs)[w[1]] and value.grad_fn is not node
+                description = None if itself and w[0] else described or _describe(value)
                 entry = EagerSavedTensor(description, None, witnesses.index(w), frozenset(positions), itself)
             entries.append((node._sequence_nr(), entry))
     if not entries:
@@ -347,29 +349,43 @@ def versions_unchecked(checked: EagerSavedTensors | None, detaches: bool = False
 class SavedVersions:
     """One call's witnesses (caller-held tensors sharing a checked saved tensor's version
     counter; an output's as a detached alias, so the record holds no autograd graph) and
-    their versions when the call returned, and which had a grad_fn then."""
+    their versions when the call returned, and which had a grad_fn then (an output's read
+    off the caller's tensor itself, held weakly: its grad_fn holds this record)."""
 
-    __slots__ = ("tensors", "versions", "had_history")
+    __slots__ = ("tensors", "versions", "had_history", "outputs")
 
     def __init__(self) -> None:
         self.tensors: list[torch.Tensor] = []
         #: None until the call returned
         self.versions: tuple[int, ...] | None = None
         self.had_history: tuple[bool, ...] = ()
+        #: per witness, the returned tensor itself (weakly) where it is an output, else None
+        self.outputs: tuple[weakref.ref | None, ...] = ()
 
     def take(self, checked: EagerSavedTensors, graph_inputs: Sequence[Any], forward_outputs: Sequence[Any]) -> None:
         """Hold the witnesses of one call (its graph inputs and forward outputs)."""
         self.tensors = [graph_inputs[k] if is_input else forward_outputs[k].detach() for is_input, k in checked.witnesses]
-        # (an output's is a detached alias: none, its grad_fn is not the one eager checks)
+        # (an output gets its grad_fn once the Function returns: read at the snapshot)
+        self.outputs = tuple(None if is_input else weakref.ref(forward_outputs[k]) for is_input, k in checked.witnesses)
         self.had_history = tuple(t.grad_fn is not None for t in self.tensors)
+
+    def _caller_tensor(self, k: int) -> torch.Tensor | None:
+        """The caller's tensor of witness ``k`` (None: a returned one no longer alive)."""
+        ref = self.outputs[k]
+        return self.tensors[k] if ref is None else ref()
 
     def detached_since(self, k: int) -> bool:
         """Witness ``k`` had a grad_fn at the call and has none now: detached in place."""
-        return self.had_history[k] and self.tensors[k].grad_fn is None
+        t = self._caller_tensor(k)
+        return self.had_history[k] and t is not None and t.grad_fn is None
 
     def snapshot(self) -> None:
         """Read the witnesses' versions: the call has returned, its own writes are done."""
         self.versions = tuple(t._version for t in self.tensors)
+        self.had_history = tuple(
+            h if ref is None else (t := ref()) is not None and t.grad_fn is not None
+            for h, ref in zip(self.had_history, self.outputs)
+        )
 
 
 def check_saved_versions(checked: EagerSavedTensors, record: SavedVersions, grad_outputs: Sequence[Any]) -> None:
