@@ -39,6 +39,7 @@ from .signature import GraphSignature
 from .subclasses import TensorStructure
 from .symbolic import holds_sym
 from .stale_views import StaleViewUses
+from .unsafe_splits import UnsafeSplits
 from .view_geometry import EagerViewGeometry, Geometry, functional_geometry
 
 _TRACING_LIMITATIONS = (
@@ -587,6 +588,7 @@ def analyze(
         [(f, t) for f, t in zip(f_inputs, fake_inputs) if isinstance(t, torch.Tensor)], mergeable=not final
     )
     geometry.stale_uses = StaleViewUses()
+    unsafe_splits = UnsafeSplits()
     try:
         with contextlib.ExitStack() as stack:
             stack.enter_context(fake_mode)
@@ -596,8 +598,10 @@ def analyze(
             stack.enter_context(checks)
             stack.enter_context(geometry)
             stack.enter_context(EagerRewrites(reroot_is_exact=geometry.reroot_is_exact, addressed_as_eager=geometry.addressed_as_eager))
-            # (innermost: the other modes see the calls it makes in place of the program's)
+            # (inside all but UnsafeSplits: the other modes see the calls it makes in place of the program's)
             stack.enter_context(geometry.stale_uses)
+            # (innermost: it sees the program's own calls, and what each one wrote)
+            stack.enter_context(unsafe_splits)
             out_leaves, out_spec = program(*f_inputs)
     except AotgradCompileError:
         raise
@@ -672,6 +676,7 @@ def analyze(
             )
         )
         input_storages.setdefault(StorageWeakRef(f.untyped_storage()), i)
+    unsafe_splits.check_outputs(out_leaves, f_inputs, input_info)
 
     output_info: list[OutputInfo] = []
     seen_outputs: dict[int, int] = {}
