@@ -28,6 +28,9 @@ OPS = {
     "Tensor.unsafe_chunk_dim1": lambda t: t.unsafe_chunk(3, 1),
     "Tensor.unsafe_split_with_sizes": lambda t: t.unsafe_split_with_sizes([1, 3]),
     "torch.unsafe_split_with_sizes": lambda t: torch.unsafe_split_with_sizes(t, [3, 1]),
+    "aten.unsafe_split": lambda t: torch.ops.aten.unsafe_split.Tensor(t, 2),
+    "aten.unsafe_chunk": lambda t: torch.ops.aten.unsafe_chunk.default(t, 2),
+    "aten.unsafe_split_with_sizes": lambda t: torch.ops.aten.unsafe_split_with_sizes.default(t, [1, 3]),
 }
 
 
@@ -96,6 +99,42 @@ def test_write_after_the_op_is_refused_for_subclass_inputs(tensor_types):
     if tensor_types == "two_tensor":
         make = as_two_tensors(make)
     _refused(f, make, match="unsafe_split")
+
+
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["plain", "grad"])
+def test_lstm_cell_internal_unsafe_chunk_is_not_the_programs(requires_grad):
+    """``lstm_cell`` runs ``unsafe_chunk`` and writes its outputs in place inside the op:
+    nothing of it is the program's."""
+
+    def f(x, h, c, w_ih, w_hh):
+        h2, c2 = torch.lstm_cell(x, (h, c), w_ih, w_hh)
+        return h2, c2, F.linear(x, w_ih).unsafe_chunk(4, 1)[1].sigmoid()
+
+    check(f, lambda: (
+        torch.randn(4, 3), torch.randn(4, 2), torch.randn(4, 2),
+        torch.randn(8, 3, requires_grad=requires_grad), torch.randn(8, 2, requires_grad=requires_grad),
+    ))
+
+
+#: inputs laid out otherwise than a contiguous tensor of their own (shape (4, 3))
+LAYOUTS = {
+    "transposed": lambda base: base(3, 4).t(),
+    "row_slice": lambda base: base(6, 3)[2:],
+    "column_slice": lambda base: base(4, 5)[:, 1:4],
+    "strided_rows": lambda base: base(8, 3)[::2],
+    "expanded": lambda base: base(1, 3).expand(4, 3),
+}
+
+
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["plain", "grad"])
+@pytest.mark.parametrize("program", ["outputs_of_input", "outputs_with_their_input", "view_of_an_output"])
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_program_without_writes_on_input_layouts(layout, program, requires_grad):
+    def base(*shape):
+        return torch.randn(*shape, requires_grad=requires_grad) * 1
+
+    for op in ("Tensor.unsafe_split", "Tensor.unsafe_chunk_dim1", "torch.unsafe_split_with_sizes"):
+        check(lambda x: KEPT[program](OPS[op], x), lambda: (LAYOUTS[layout](base),))
 
 
 def test_autograd_of_the_outputs_is_eager():

@@ -1,5 +1,6 @@
 """Ops whose outputs share memory with their input without being views of it:
-``unsafe_split``, ``unsafe_chunk`` and ``unsafe_split_with_sizes`` (``torch.*`` and ``Tensor.*``).
+``unsafe_split``, ``unsafe_chunk`` and ``unsafe_split_with_sizes`` (``torch.*``, ``Tensor.*``
+and ``torch.ops.aten.*``).
 
 Eager's outputs are no autograd views (``_base`` None, a version counter of their own, an
 ``UnsafeSplitBackward0`` history, in-place ops on them allowed) but address the input's memory.
@@ -18,6 +19,10 @@ only) refuses at compile time, naming the op and the user's lines:
 - (:meth:`UnsafeSplits.check_outputs`) a returned output whose memory is that of a graph input
   the traced forward hands the program as a copy (an input it writes or detaches in place, or
   re-lays out for autograd): the caller's tensor and the output would not share memory.
+
+The ops are recorded at the program's calls, which torch-function modes see in every
+spelling (``torch.ops.aten.unsafe_split.Tensor`` too); an op another op runs inside itself
+(``lstm_cell``'s ``unsafe_chunk``, whose outputs it writes in place) is that op's own.
 
 A returned output of an intermediate, or of an input the program leaves in place, shares the
 memory the caller then holds (the input, or the intermediate returned alongside), as eager's.
@@ -39,7 +44,8 @@ from .metadata import InputInfo
 
 __all__ = ["UnsafeSplits"]
 
-#: the ops (by name: ``torch.unsafe_split`` and ``Tensor.unsafe_split`` are different objects)
+#: the ops (by name: ``torch.unsafe_split``, ``Tensor.unsafe_split`` and the ATen op are
+#: different objects)
 _UNSAFE_OPS = frozenset({"unsafe_split", "unsafe_chunk", "unsafe_split_with_sizes"})
 
 _USE_VIEWS = "Use split/chunk/split_with_sizes (views, which the trace follows), or clone() the outputs."
@@ -54,6 +60,13 @@ class _UnsafeOp:
     line: str
     tensors: list[FunctionalTensor]
     counters: list[int]
+
+
+def _op_name(func: Any) -> str | None:
+    """``func``'s name; an ATen overload's (``torch.ops.aten.unsafe_split.Tensor``, which
+    torch-function modes see too) without the overload."""
+    packet = getattr(func, "overloadpacket", None)
+    return getattr(packet if packet is not None else func, "__name__", None)
 
 
 def _mutation_counter(t: FunctionalTensor) -> int:
@@ -82,7 +95,7 @@ class UnsafeSplits(TorchFunctionMode):
         out = func(*args, **kwargs)
         if self.ops:
             self._refuse_writes(func)
-        if getattr(func, "__name__", None) in _UNSAFE_OPS:
+        if _op_name(func) in _UNSAFE_OPS:
             self._note(func, args, kwargs, out)
         return out
 
@@ -92,7 +105,7 @@ class UnsafeSplits(TorchFunctionMode):
         outputs = [t for t in pytree.tree_leaves(out) if type(t) is FunctionalTensor]
         if type(source) is not FunctionalTensor or not outputs:
             return
-        op = _UnsafeOp(func.__name__, current_user_line(), [source, *outputs], [])
+        op = _UnsafeOp(_op_name(func), current_user_line(), [source, *outputs], [])
         op.counters = [_mutation_counter(t) for t in op.tensors]
         self.ops.append(op)
         for t in outputs:
