@@ -2,11 +2,12 @@
 wrong"): eager's outputs share memory with the op's input without being autograd views of it
 (``_base`` None, a version counter of their own, ``UnsafeSplitBackward0``). Functionalization
 takes them for fresh tensors, so a write into that memory after the op (through the input,
-any view or alias of it, an output or a view of one) would reach only one side: such programs
-are refused at compile time, naming the op and the line. Programs that write nothing into it
-after the op run as eager, also where the caller writes a returned output afterwards (the
-graph's outputs share the input's memory as eager's do); a returned output over an input the
-program changes in place would not, and is refused."""
+any view or alias of it, an output or a view of one) reaches only one side: where the other
+side is observed afterwards (used, returned, an input, saved by autograd) the program is
+refused at compile time, naming the op and the lines. Other programs run as eager, also where
+the caller writes a returned output afterwards (the graph's outputs share the input's memory
+as eager's do); a returned output over an input the program changes in place would not, and
+is refused."""
 
 from __future__ import annotations
 
@@ -61,6 +62,9 @@ KEPT = {
     "input_written_before_outputs_used": lambda op, x: (x.mul_(2), op(x)[0] + 1)[1],
     "output_saved_for_backward": lambda op, x: (lambda p: (p[0], p[0].sin(), p[-1]))(op(x)),
     "input_saved_for_backward": lambda op, x: (op(x), x.sin()),
+    # writes whose other side is never observed after them
+    "outputs_written_in_place": lambda op, x: (lambda p: (p[0].sigmoid_(), p[-1].tanh_(), p[0] + p[-1].sum())[2])(op(x * 2)),
+    "input_written_after_outputs_used": lambda op, x: (lambda y, p: (lambda s: (y.mul_(3), (s, y))[1])(p[0].sum() + p[-1].sum()))(*(lambda y: (y, op(y)))(x * 2)),
     "other_tensor_written_after": lambda op, x: (lambda p, z: (z.add_(p[0]), z)[1])(op(x), torch.zeros_like(x[:1])),
 }
 
@@ -235,6 +239,95 @@ def test_the_issue_programs_are_refused():
 
     _refused(g, lambda: (torch.arange(4.0),), match=r"unsafe_chunk.*y\.mul_")
     _refused(h, lambda: (torch.arange(4.0),), match=r"unsafe_split.*a\.add_")
+
+
+def _saved_then_input_written(x):
+    y = x * 2
+    parts = y.unsafe_chunk(2)
+    z = parts[0].sin()  # (autograd saves parts[0])
+    y.mul_(3)
+    return z
+
+
+def _saved_then_output_written(x):
+    y = x * 2
+    z = y.sin()  # (autograd saves y)
+    parts = y.unsafe_chunk(2)
+    parts[1].add_(1)
+    return z, parts[1] * 1
+
+
+@pytest.mark.parametrize("fn", [_saved_then_input_written, _saved_then_output_written], ids=lambda f: f.__name__)
+def test_write_into_what_autograd_saved(fn):
+    """Eager's backward reads the write (the version counters are separate across the op):
+    refused where autograd saved the other side, as eager without grad otherwise."""
+    _refused(fn, _inputs(True), match="autograd saved it")
+    check(fn, _inputs(False))
+    check(fn, _inputs(True), grad_mode=False)
+
+
+@pytest.mark.parametrize("rows", [slice(1, 3), slice(2, 4), slice(0, 2)], ids=["partial", "disjoint", "same"])
+def test_write_reading_the_other_side_is_refused(rows):
+    """Eager's kernel reads the other side while it writes (its overlap check raises for a
+    partial overlap); refused whether or not the memory overlaps."""
+
+    def f(x):
+        y = x * 2
+        o = y.unsafe_chunk(2)[0]
+        y[rows].add_(o)
+        return x + 1
+
+    args = _inputs(False)()
+    with pytest.raises(aotgrad.AotgradCompileError, match="that op itself reads it"):
+        aotgrad.aot_function(f, nop)(*args)
+
+
+class _KeepsOnCtx(torch.autograd.Function):
+    """Keeps its input on ``ctx`` (not ``save_for_backward``): its backward reads it then."""
+
+    @staticmethod
+    def forward(ctx, t):
+        ctx.t = t
+        return t * 1
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * ctx.t
+
+
+def test_write_with_a_custom_function_in_the_backward_is_refused():
+    def f(x):
+        y = x * 2
+        o = y.unsafe_chunk(2)[0]
+        z = _KeepsOnCtx.apply(o)
+        y.mul_(3)
+        return z
+
+    _refused(f, _inputs(True), match="custom Function")
+    check(f, _inputs(False))
+
+
+def test_returning_a_written_output_is_refused():
+    """Its new value is a buffer of its own; eager's addresses the input's memory (at an
+    offset, sharing storage with the other outputs)."""
+
+    def f(x):
+        parts = (x * 2).unsafe_chunk(2)
+        parts[1].mul_(3)
+        return parts[0], parts[1]
+
+    _refused(f, _inputs(False), match="returns that output")
+
+
+def test_write_into_an_output_of_an_input_is_refused_when_nothing_reads_the_input():
+    """The caller's input holds the write after the call."""
+
+    def f(x):
+        parts = x.unsafe_split(2)
+        parts[0].add_(1)
+        return parts[0] + 1
+
+    _refused(f, _inputs(False), match="caller's input 0")
 
 
 def test_write_to_a_view_taken_before_the_op_is_refused():

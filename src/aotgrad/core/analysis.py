@@ -676,7 +676,8 @@ def analyze(
             )
         )
         input_storages.setdefault(StorageWeakRef(f.untyped_storage()), i)
-    unsafe_splits.check_outputs(out_leaves, f_inputs, input_info)
+    with fake_mode, mode:  # (the saved tensors it reads unpack under them, as find_eager_saved's)
+        unsafe_splits.check_outputs(out_leaves, f_inputs, input_info)
 
     output_info: list[OutputInfo] = []
     seen_outputs: dict[int, int] = {}
