@@ -307,6 +307,28 @@ def test_write_with_a_custom_function_in_the_backward_is_refused():
     check(f, _inputs(False))
 
 
+def test_single_output_covering_the_input():
+    """One output for the whole input: a write into it leaves the input stale (refused where
+    the input is returned), and a write into the input leaves it stale (its sum before runs)."""
+
+    def f(x):
+        y = x * 2
+        (a,) = y.unsafe_split(10)
+        a.add_(1)
+        return a.sum() + 1, y
+
+    def g(x):
+        y = x * 2
+        (a,) = y.unsafe_split(10)
+        s = a.sum()
+        y.mul_(2)
+        return s, y
+
+    _refused(f, _inputs(False), match="returns it")
+    check(g, _inputs(False))
+    check(g, _inputs(True))
+
+
 def test_returning_a_written_output_is_refused():
     """Its new value is a buffer of its own; eager's addresses the input's memory (at an
     offset, sharing storage with the other outputs)."""

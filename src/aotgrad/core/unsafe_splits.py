@@ -152,7 +152,8 @@ class UnsafeSplits(TorchFunctionMode):
             self.counters.setdefault(_storage(t), (t, _mutation_counter(t)))
         for k, t in enumerate(outputs):
             op.outputs.append(_storage(t))
-            self.made_by[op.outputs[-1]] = (op, k)
+            if op.outputs[-1] != op.source:  # (one functionalization holds as its input's is exact)
+                self.made_by[op.outputs[-1]] = (op, k)
 
     def _note_writes(self, writer: str) -> None:
         """After a call (``writer``): every storage written since the last call leaves the
