@@ -206,7 +206,8 @@ def _trace(
         # lazy in any case: make_fx's own code (pytree signature) would be thrown away below
         with fake_mode, dispatcher, effects_as_ordered_nodes(), _use_lazy_graph_module(True):
             gm = make_fx(
-                fn, decomposition_table=decompositions or {}, tracing_mode=tracing_mode, pre_dispatch=pre_dispatch
+                fn, decomposition_table=decompositions or {}, tracing_mode=tracing_mode, pre_dispatch=pre_dispatch,
+                _disable_torch_fn_metadata_mode=_no_torch_fn_metadata(fake_mode),
             )(*args)
     except AotgradCompileError:
         raise
@@ -221,6 +222,17 @@ def _trace(
         _LazyGraphModule.force_recompile(gm)
     _refuse_fake_constants(gm)
     return gm
+
+
+def _no_torch_fn_metadata(fake_mode: FakeTensorMode) -> bool:
+    """Whether make_fx may leave out its torch-function mode (``TorchFunctionMetadataMode``):
+    in a static trace. The mode notes each torch call for ``node.meta["torch_fn"]``, which
+    only make_fx's module-stack tracer (export's, ``record_module_stack``) writes, never
+    ours; and it turns ``aten.size.default`` of a tensor with symbolic sizes into
+    ``aten.sym_size``, which a static trace never meets. It costs a Python hop on every
+    torch call of the trace, the analysis's own attribute reads included (2625 per resnet
+    inference compile of ``bench/compile_time.py``, 1405 in torch's)."""
+    return fake_mode.shape_env is None
 
 
 def _refuse_fake_constants(gm: torch.fx.GraphModule) -> None:
@@ -823,7 +835,9 @@ def analyze_tracing_inference(
         return [from_functional(o) for o in outs]
 
     with fake_mode, effects_as_ordered_nodes(), _use_lazy_graph_module(True):  # code generated once, below
-        gm = make_fx(traced, tracing_mode="real")(*fake_inputs)
+        gm = make_fx(
+            traced, tracing_mode="real", _disable_torch_fn_metadata_mode=_no_torch_fn_metadata(fake_mode)
+        )(*fake_inputs)
     analysis = state["analysis"]
     if not state.get("graph") or _holds_fake_constant(gm):
         return analysis, None
