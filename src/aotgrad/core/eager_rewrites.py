@@ -549,14 +549,16 @@ def _keeping_layout(root: FunctionalTensor, func, args: tuple, kwargs: dict, *, 
         # an empty tensor's strides are the kernels' choice as much as the trace's (full_like
         # of an empty diagonal keeps its strides in eager, meta makes them contiguous)
         empty = any(type(n) is int and n == 0 for n in old.shape)
+        keeps = not (size1_unknown and size1) and not empty
+        if dense and keeps and _known_equal(new.stride(), old.stride()):
+            return out  # (the usual case: decided without tracing an empty_like)
         with disable_functional_mode(), torch.no_grad():
             # (a non-dense old value, an input sliced with a step, is laid out densely: a
             # buffer in its own strides would hold its elements only, and an as_strided of it
             # would read that buffer's gaps, not the caller's: view_geometry._relaid_out
             # refuses it or merges the input into a synthetic base where laid out otherwise)
             like = torch.empty_like(old)
-            target = old.stride() if dense else like.stride()
-            if _known_equal(new.stride(), target) and not (size1_unknown and size1) and not empty:
+            if not dense and keeps and _known_equal(new.stride(), like.stride()):
                 return out  # the unused empty_like is dropped with the trace's dead code
             relaid = torch.ops.aten.copy.default(like, new)
         # in the op's grad mode: functionalization counts this as part of its mutation
