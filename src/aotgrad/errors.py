@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import linecache
 import os
+import sys
 import traceback
 from collections.abc import Iterable
 from types import TracebackType
@@ -105,8 +106,24 @@ def where(tb: TracebackType | None) -> str:
 
 
 def current_user_line() -> str:
-    """``file:line in fn: "code"`` of the user's code now running (called from inside a trace)."""
-    return _describe(_innermost_user_frame(traceback.extract_stack()))
+    """``file:line in fn: "code"`` of the user's code now running (called from inside a trace).
+
+    The frame :func:`_innermost_user_frame` picks from the whole stack (the innermost of the
+    highest rank), found walking out from here: only that frame's source line is read."""
+    frame = sys._getframe(0)
+    fallback = None
+    while frame is not None:
+        rank = frame_rank(frame.f_code.co_filename)
+        if rank == 2:
+            break
+        if rank == 1 and fallback is None:
+            fallback = frame
+        frame = frame.f_back
+    chosen = frame if frame is not None else fallback
+    if chosen is None:
+        return _describe(None)
+    linecache.checkcache(chosen.f_code.co_filename)  # (as traceback.extract_stack does)
+    return _describe(traceback.FrameSummary(chosen.f_code.co_filename, chosen.f_lineno, chosen.f_code.co_name))
 
 
 def compile_error_from(exc: BaseException, what: str) -> AotgradCompileError:
