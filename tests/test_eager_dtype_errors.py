@@ -108,3 +108,40 @@ def test_collectives_are_not_run_on_small_tensors():
     all_reduce.__module__ = "torch"
     raise_eager_dtype_error(all_reduce, (ints, "sum", "0"), {})
     assert len(calls) == 1  # (the check does run other ops on integer tensors)
+
+
+def test_remembered_outcomes_follow_scalars_and_default_dtype():
+    """Each small run's outcome is remembered (by op, argument structure, dtypes, small
+    sizes, each scalar's type and value, the default dtype): programs that differ only in a
+    scalar or in the default dtype, run after one another, still get eager's outcome."""
+    def src(statement: str) -> str:
+        return f"def f(a, w):\n    i = (a * 100).int()\n    {statement}\n    return i, w * 2\n"
+
+    for statement in ("i.add_(1)", "i.add_(1.5)", "i.add_(1)", "i.add_(True)", "i.mul_(2.0)", "i.mul_(2)",
+                      "i.add_(i, alpha=2)", "torch.add(i, 1.5, out=i)", "torch.add(i, 1, out=i)"):
+        check_case(src(statement), INPUTS, modes=["grad", "no_grad"])
+
+
+def test_remembered_outcome_follows_default_dtype():
+    """The dtype eager's error names follows the default dtype (``int_tensor.add_(1.5)``):
+    an outcome remembered under one default dtype is not reused under another."""
+    import aotgrad
+    from aotgrad import compilers
+
+    def f(a):
+        i = (a * 100).int()
+        i.add_(1.5)
+        return i
+
+    previous = torch.get_default_dtype()
+    try:
+        for dtype in (torch.float32, torch.float64, torch.float32):
+            torch.set_default_dtype(dtype)
+            a = torch.randn(3, 4, dtype=torch.float32)
+            with pytest.raises(RuntimeError) as eager:
+                f(a)
+            with pytest.raises(RuntimeError) as ours:
+                aotgrad.aot_function(f, compilers.nop)(a)
+            assert str(ours.value) == str(eager.value)
+    finally:
+        torch.set_default_dtype(previous)

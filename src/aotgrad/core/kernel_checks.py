@@ -68,7 +68,7 @@ def raise_eager_dtype_error(func: Any, args: tuple, kwargs: dict) -> None:
     module = getattr(func, "__module__", None) or ""
     if "distributed" in module or "c10d" in module:
         return  # a collective: run on this rank's small tensors alone, it would wait for the others
-    leaves = pytree.tree_leaves((args, kwargs))
+    leaves, spec = pytree.tree_flatten((args, kwargs))
     with torch._C.DisableTorchFunction():
         tensors = [t for t in leaves if isinstance(t, torch.Tensor)]
         if not any(not t.is_floating_point() and not t.is_complex() for t in tensors):
@@ -78,6 +78,54 @@ def raise_eager_dtype_error(func: Any, args: tuple, kwargs: dict) -> None:
         if any(isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)) for v in leaves):
             return
         sizes = {id(t): [0 if type(n) is int and n == 0 else 1 for n in t.shape] for t in tensors}
+    key = _small_run_key(func, spec, leaves, sizes)
+    error = _SMALL_RUNS.get(key) if key is not None else None
+    if error is None:
+        error = _small_run_error(func, args, kwargs, sizes)
+        if key is not None:
+            if len(_SMALL_RUNS) >= _SMALL_RUNS_LIMIT:
+                _SMALL_RUNS.clear()
+            _SMALL_RUNS[key] = error
+    if error:
+        raise error[0](error[1]) from None
+
+
+#: the outcome of :func:`_small_run_error` per :func:`_small_run_key` (a model's in-place
+#: ops on integer buffers, ``num_batches_tracked.add_(1)``, meet the same small run again in
+#: every analysis and trace)
+_SMALL_RUNS: dict[tuple, tuple] = {}
+_SMALL_RUNS_LIMIT = 4096
+#: the non-tensor arguments a remembered outcome may depend on, by type and value
+_KEYED_VALUES = (bool, int, float, complex, str, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format)
+
+
+def _small_run_key(func: Any, spec: pytree.TreeSpec, leaves: list, sizes: dict[int, list[int]]) -> tuple | None:
+    """What decides the small run of ``func`` (:func:`_small_run_error`): the op, its
+    arguments' structure, each tensor's dtype and small sizes, each other argument's type
+    and value, and the global state a result dtype follows (default dtype, CPU autocast);
+    None where an argument is of another kind (its outcome is not remembered)."""
+    described = []
+    for v in leaves:
+        if isinstance(v, torch.Tensor):
+            described.append((v.dtype, tuple(sizes[id(v)])))
+        elif type(v) in _KEYED_VALUES:
+            described.append((type(v), v))
+        else:
+            return None
+    key = (
+        func, spec, tuple(described), torch.get_default_dtype(),
+        torch.is_autocast_cpu_enabled(), torch.get_autocast_cpu_dtype(),
+    )
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _small_run_error(func: Any, args: tuple, kwargs: dict, sizes: dict[int, list[int]]) -> tuple:
+    """``func`` run on small CPU zeros of the tensors' dtypes (``sizes``): ``(type, message)``
+    of the error eager's kernel raised there where it is one of the dtype errors, else ``()``."""
     state = torch.default_generator.get_state()
     try:
         with _outside_modes(), torch.no_grad():
@@ -88,11 +136,12 @@ def raise_eager_dtype_error(func: Any, args: tuple, kwargs: dict) -> None:
             func(*small_args, **small_kwargs)
     except (RuntimeError, NotImplementedError) as e:
         if any(m in str(e) for m in _MESSAGES):
-            raise type(e)(str(e)) from None
+            return (type(e), str(e))
     except Exception:  # noqa: BLE001 - another error of the small tensors: not eager's
         pass
     finally:
         torch.default_generator.set_state(state)
+    return ()
 
 
 @contextlib.contextmanager
