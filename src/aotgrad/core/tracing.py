@@ -404,7 +404,15 @@ def reached_inputs(outputs: list[Any], inputs: list[Any]) -> tuple[frozenset[int
     non-leaf's its ``grad_fn``): eager's backward from that output gives each of them a
     tensor, zeros where a formula reads no incoming gradient (``pow(x, 0)``), and none of
     the others anything. A view made under no_grad, a ``detach()`` or a random op cuts the
-    graph as it cut eager's, whatever the traced ops' data flow."""
+    graph as it cut eager's, whatever the traced ops' data flow.
+
+    The ``grad_fn`` reads are no program ops: the joint's torch-function modes do not see them."""
+    with torch._C.DisableTorchFunction():
+        return _reached_inputs(outputs, inputs)
+
+
+def _reached_inputs(outputs: list[Any], inputs: list[Any]) -> tuple[frozenset[int], ...]:
+    """:func:`reached_inputs`, with torch functions disabled."""
     leaf_position = {id(t): k for k, t in enumerate(inputs) if t.grad_fn is None}
     node_position = {t.grad_fn: k for k, t in enumerate(inputs) if t.grad_fn is not None}
     reach: dict[Any, frozenset[int]] = {}
