@@ -22,7 +22,9 @@ import torch
 __all__ = [
     "AotgradCompileError",
     "compile_error_from",
+    "current_user_frame",
     "current_user_line",
+    "describe_frame",
     "frame_rank",
     "note_user_line",
     "user_frame",
@@ -124,6 +126,26 @@ def current_user_line() -> str:
         return _describe(None)
     linecache.checkcache(chosen.f_code.co_filename)  # (as traceback.extract_stack does)
     return _describe(traceback.FrameSummary(chosen.f_code.co_filename, chosen.f_lineno, chosen.f_code.co_name))
+
+
+def current_user_frame() -> traceback.FrameSummary | None:
+    """The frame :func:`current_user_line` describes, its source line not read yet: cheap
+    enough to remember for each op of a trace (:func:`describe_frame` reads it on an error)."""
+    best, best_rank = None, 0
+    frame = sys._getframe(1)
+    while frame is not None:  # innermost first: a tie keeps the inner frame
+        rank = frame_rank(frame.f_code.co_filename)
+        if rank > best_rank:
+            best, best_rank = frame, rank
+        frame = frame.f_back
+    if best is None:
+        return None
+    return traceback.FrameSummary(best.f_code.co_filename, best.f_lineno, best.f_code.co_name, lookup_line=False)
+
+
+def describe_frame(frame: traceback.FrameSummary | None) -> str:
+    """``file:line in fn: "code"`` of ``frame`` (from :func:`current_user_frame`)."""
+    return _describe(frame)
 
 
 def compile_error_from(exc: BaseException, what: str) -> AotgradCompileError:

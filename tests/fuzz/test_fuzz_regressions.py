@@ -3044,12 +3044,13 @@ def test_restrided_outside_unrecorded_input(seed):
     check_case(source=source, inputs=inputs, post=[], modes=['grad', 'no_grad'], seed=int(seed))
 
 
-@XFAIL('backward.baseN.grad values')
 def test_seed_10015469():
-    """Silent, open (since b5b2040 lifted the refusal of writes through as_strided of a
-    detach()ed alias): a sliced input's detach()ed alias, written through as_strided with an
-    operand requiring grad and returned, sends the gradient of the wrong element to the
-    operand (the forward values are eager's)."""
+    """A sliced input's detach()ed alias, written through as_strided with an operand
+    requiring grad and returned: autograd's backward of the write replays the as_strided at
+    its absolute offset on a buffer for the alias starting at 0 (eager's at the offset from
+    the alias's start), so the gradient reached the wrong element (silent since b5b2040). The
+    write now goes through a copy of the alias's storage starting at offset 0
+    (StaleViewUses._relocated_write; tests/test_offset_view_backward.py)."""
     check_case(
         source='''
 def f(a, b):
@@ -3063,4 +3064,49 @@ def f(a, b):
         post=[],
         modes=['grad'],
         seed=15469,
+    )
+
+
+def test_seed_10004958():
+    """A view of one aliased input (as_strided reaching outside it), stale after a write into
+    its sibling under no_grad: eager regenerates its grad_fn as as_strided off the shared
+    root; the run over the synthetic base saw it (OutputInfo.off_root), the rebuilt output
+    did not take it (aliasing.outputs_on_call_inputs)."""
+    check_case(
+        source='''
+def f(a, b, mode):
+    t0 = b.as_strided((3, 1), (2, 1), 2)
+    with torch.no_grad():
+        t2 = torch.zeros((1, 3))
+        t3 = torch.mm(t2, t0)
+    with torch.no_grad():
+        a.add_(t3)
+    return [t0]
+''',
+        inputs={'bases': [{'shape': [2, 4], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 0, 'expr': 'x[:, 1:]'}, {'kind': 'value', 'value': 'sum'}]},
+        post=[],
+        modes=['grad'],
+        seed=4958,
+    )
+
+
+def test_seed_12006332():
+    """A returned view of a detach()ed alias, re-strided by as_strided_ with an offset and
+    stale once the alias is written with an operand requiring grad: eager's backward reads it
+    as as_strided off the alias; autograd on the traced program replayed its recorded chain,
+    which misses the as_strided_ (StaleViewUses.read_by_backward)."""
+    check_case(
+        source='''
+def f(a, mode):
+    t0 = a.detach()
+    t1 = t0.view_as(t0)
+    t1.as_strided_((2, 2), (4, 0), 1)
+    t2 = t1[:, 0:1]
+    t0.add_(a)
+    return t2,
+''',
+        inputs={'bases': [{'shape': [2, 3], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'value', 'value': 'sum'}]},
+        post=[],
+        modes=['grad'],
+        seed=6332,
     )

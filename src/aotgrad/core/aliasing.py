@@ -448,9 +448,16 @@ def outputs_on_call_inputs(
                 # which only that run sees: autograd's error says "A view was created in no_grad mode")
                 invalidated, step = o_base.invalidated, o_base.multi_output_step
                 without_grad_fn = o_base.invalidated_without_grad_fn
+            # Likewise a write into a sibling makes the view stale: eager regenerates its
+            # grad_fn as as_strided off the autograd root, which the call's run does not see
+            # (fuzz seed 10004958); the caller's input has the same root as the synthetic
+            # base's member, so it is rebuilt off that root.
+            root = dict(off_root=True, view_source=None, no_grad_steps=o_base.no_grad_steps) if (
+                o_base.off_root and not o_call.off_root
+            ) else {}
             o_base = dataclasses.replace(
                 o_call, requires_grad=o_base.requires_grad, no_grad_view=no_grad_view, invalidated=invalidated,
-                multi_output_step=step, invalidated_without_grad_fn=without_grad_fn,
+                multi_output_step=step, invalidated_without_grad_fn=without_grad_fn, **root,
             )
         elif o_base.storage_of_input is not None:
             # a detach()ed alias with its own history: rebuilt off the caller's input

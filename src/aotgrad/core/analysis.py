@@ -587,7 +587,7 @@ def analyze(
     geometry = EagerViewGeometry(
         [(f, t) for f, t in zip(f_inputs, fake_inputs) if isinstance(t, torch.Tensor)], mergeable=not final
     )
-    geometry.stale_uses = StaleViewUses()
+    geometry.stale_uses = StaleViewUses(history_recorded=geometry.note_history_recorded)
     unsafe_splits = UnsafeSplits()
     try:
         with contextlib.ExitStack() as stack:
@@ -910,6 +910,9 @@ def analyze(
     )
     # A mutated input's forward output is its data in the original geometry (tracing.py).
     forward_outputs = GraphSignature.of_metadata(metadata)
+    # (the joint differentiates a returned stale view through as_strided of its base, as
+    # eager regenerates its grad_fn: StaleViewUses.read_by_backward)
+    geometry.check_stale_outputs(metadata.graph_values(out_leaves, forward_outputs.user_outputs))
     fw_values = forward_outputs.pack_forward(
         [fake_inputs[i] for i in forward_outputs.mutated_inputs],
         metadata.graph_values(out_leaves, forward_outputs.user_outputs),

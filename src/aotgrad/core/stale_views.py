@@ -23,7 +23,8 @@ joint trace alike, so both see the same program.
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, Callable
 
 import torch
 import torch._C._functionalization as functionalization
@@ -31,6 +32,8 @@ import torch.utils._pytree as pytree
 from torch._subclasses.functional_tensor import FunctionalTensor
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import _disable_current_modes
+
+from .saved_tensors import note_saved_by_stand_in, saving_into_copy
 
 __all__ = ["StaleViewUses", "same_addressing", "writes_through_source"]
 
@@ -89,6 +92,41 @@ def _laid_out_as(base: torch.Tensor, earlier: Geometry) -> torch.Tensor | None:
     return relaid if same_addressing(_geometry(relaid), earlier) else None
 
 
+def _relocatable(view: FunctionalTensor) -> bool:
+    """A write through ``view`` can go through a copy of its base's storage
+    (:meth:`StaleViewUses._relocated_write`): static geometries, the base's dtype, the
+    view's elements distinct and all among the base's, and the base's distinct (the copy
+    holds the base's elements only, and each once)."""
+    from .overlapping_writes import _location_set  # (it imports saved_tensors, not this module)
+
+    base = view._base
+    if view.dtype != base.dtype:
+        return False
+    geometries = (_geometry(view), _geometry(base))
+    if any(type(v) is not int for g in geometries for v in (*g[0], *g[1], g[2])):
+        return False
+    (view_locations, base_locations) = (_location_set(g) for g in geometries)
+    if view_locations is None or base_locations is None:
+        return False
+    return (
+        len(view_locations) == math.prod(geometries[0][0]) and len(base_locations) == math.prod(geometries[1][0])
+        and view_locations <= base_locations
+    )
+
+
+def _storage_copy(base: torch.Tensor) -> torch.Tensor:
+    """A fresh tensor, as long as ``base``'s storage reaches, with ``base``'s elements copied
+    to their storage offsets (with autograd: the copy's gradient reaches ``base``); the other
+    places are zeros (a write through it must stay within ``base``'s elements)."""
+    with torch._C.DisableTorchFunction():
+        geometry = _geometry(base)
+    size, stride, offset = geometry
+    extent = offset + sum((n - 1) * st for n, st in zip(size, stride)) + 1 if all(size) else offset + 1
+    storage = torch.zeros(extent, dtype=base.dtype, device=base.device)
+    storage.as_strided(*geometry).copy_(base)
+    return storage
+
+
 def same_addressing(a: Geometry, b: Geometry) -> bool:
     """Two layouts of one shape put every element at the same storage offset: only the
     strides of size-1 dims (never stepped along) may differ, and nothing where it is empty."""
@@ -118,8 +156,12 @@ class StaleViewUses(TorchFunctionMode):
     and ``rewritten_in`` its op's name, for the analysis to check that geometry against
     eager's (it consumes them)."""
 
-    def __init__(self) -> None:
+    def __init__(self, history_recorded: Callable[[torch.Tensor], None] | None = None) -> None:
         super().__init__()
+        #: told of a view whose write :meth:`_relocated_write` made through a copy: eager's
+        #: write through the view itself rebased the view's history (the analysis's eager
+        #: shadow then has it fresh; here it stays stale, see there)
+        self.history_recorded = history_recorded
         #: id(view) -> (the view, the version autograd last recorded its history at)
         self._versions: dict[int, tuple[torch.Tensor, int]] = {}
         #: id(view) -> (the view, its base's geometry when it was made)
@@ -127,6 +169,12 @@ class StaleViewUses(TorchFunctionMode):
         #: ids of the call's targets written through their recorded ops (:meth:`replays_write`)
         #: instead of ``as_strided`` of their base, for the analysis to check too
         self.replayed: set[int] = set()
+        #: ids of the call's targets written through (a write's backward replays the view's
+        #: chain on a buffer at offset 0: the analysis checks the base's offset too)
+        self.written: set[int] = set()
+        #: ids of the written targets whose write goes through a copy of the base's storage
+        #: (:meth:`_relocated_write`), for the analysis to check the geometries it used
+        self.relocated: set[int] = set()
         self.rewritten: dict[int, tuple[torch.Tensor, Geometry]] = {}
         self.rewritten_in = ""
 
@@ -136,43 +184,39 @@ class StaleViewUses(TorchFunctionMode):
 
     def _targets(self, name: str, args: tuple, kwargs: dict) -> list[torch.Tensor]:
         """The views of this call to address by ``as_strided`` of their base."""
-        from .view_geometry import _autograd_replays, _replay_drops_gradient  # (it imports this module)
+        from .view_geometry import _starts_its_storage  # (it imports this module)
 
         if not torch.is_grad_enabled() or name in _NOT_RECORDED or not args:
             return []
         source = args[0]
         leaves = pytree.tree_leaves((args, {k: v for k, v in kwargs.items() if k != "out"}))
-        writes = isinstance(source, FunctionalTensor) and writes_through_source(name) and any(
-            isinstance(t, torch.Tensor) and t.requires_grad for t in leaves
-        )
         targets: list[torch.Tensor] = []
         self.replayed = set()
+        self.written = set()
+        self.relocated = set()
         with torch._C.DisableTorchFunction():
+            # (autograd's own answer, which decides whether it records the write: the modes
+            # outside may answer otherwise for a view of a detach()ed alias that a write
+            # through a copy of its storage gave a history, _relocated_write)
+            writes = isinstance(source, FunctionalTensor) and writes_through_source(name) and any(
+                isinstance(t, torch.Tensor) and t.requires_grad for t in leaves
+            )
             for t in leaves:
                 written = writes and t is source
-                if (
-                    not isinstance(t, FunctionalTensor) or t._base is None
-                    # (a view written with a value requiring grad: eager's CopySlices
-                    # addresses it by its geometry, whether it required grad before or not)
-                    or not (t.requires_grad or written)
-                    or any(t is u for u in targets)
-                ):
+                if not isinstance(t, FunctionalTensor) or any(t is u for u in targets):
                     continue
                 if t is source and name in _METADATA_INPLACE:
                     continue  # the op changes the view itself: not a use of it
-                if not (written or self._stale(t)):
+                if not self._rewrites(t, written):
                     continue
-                if _autograd_replays(t) and (written or not _replay_drops_gradient(t)):
-                    continue
-                if torch._C._autograd._get_creation_meta(t) != torch._C._autograd.CreationMeta.DEFAULT:
-                    continue  # eager raises on such a view; the trace does too
-                chain = functionalization.get_view_meta_sequence(t.elem)
-                if chain and type(chain[0]).__name__ == "alias_ViewMeta":
-                    # the joint's own alias of an input whose geometry the program changes
-                    # (tracing._functional_forward): no view in the analysis run, which checks
-                    # each rewrite against eager's layout, so none is made here either (a
-                    # sliced input's functional value is not eager's storage: the rewrite
-                    # named other elements, silently; fuzz seed 1001813)
+                if written and not _starts_its_storage(t._base):
+                    # as_strided offsets are absolute, and the backward's buffer for the base
+                    # starts at 0: the write goes through a copy of the base's storage that
+                    # does (:meth:`_relocated_write`), where it can; else the analysis refuses
+                    targets.append(t)
+                    self.written.add(id(t))
+                    if _relocatable(t):
+                        self.relocated.add(id(t))
                     continue
                 if written and functionalization.get_view_meta_sequence(t._base.elem):
                     # an in-place metadata op made the base a view of itself in
@@ -183,9 +227,65 @@ class StaleViewUses(TorchFunctionMode):
                     if self.replays_write(t):
                         targets.append(t)
                         self.replayed.add(id(t))
+                        self.written.add(id(t))
                     continue
                 targets.append(t)
+                if written:
+                    self.written.add(id(t))
         return targets
+
+    def _rewrites(self, t: FunctionalTensor, written: bool) -> bool:
+        """``t`` (a tensor the call uses, ``written`` through with a value requiring grad, or
+        read) is a view to address by ``as_strided`` of its base: autograd on the traced
+        program would address it otherwise than eager's. A write's backward (``CopySlices``)
+        replays the view's recorded chain on a fresh tensor laid out as the base at offset 0
+        (:func:`~aotgrad.core.view_geometry._write_replays`); a use of a view whose storage
+        changed since autograd recorded it regenerates its ``grad_fn`` by replaying the chain
+        on the base (:func:`~aotgrad.core.view_geometry._autograd_replays`, and
+        :func:`~aotgrad.core.view_geometry._replay_drops_gradient`), where eager's is one
+        ``as_strided`` off the base."""
+        from .view_geometry import _autograd_replays, _replay_drops_gradient, _write_replays  # (it imports this module)
+
+        if t._base is None or not (t.requires_grad or written):
+            # (a view written with a value requiring grad: eager's CopySlices addresses it by
+            # its geometry, whether it required grad before or not)
+            return False
+        if not (written or self._stale(t)):
+            return False
+        if _write_replays(t) if written else (_autograd_replays(t) and not _replay_drops_gradient(t)):
+            return False
+        if torch._C._autograd._get_creation_meta(t) != torch._C._autograd.CreationMeta.DEFAULT:
+            return False  # eager raises on such a view; the trace does too
+        chain = functionalization.get_view_meta_sequence(t.elem)
+        # the joint's own alias of an input whose geometry the program changes
+        # (tracing._functional_forward): no view in the analysis run, which checks each
+        # rewrite against eager's layout, so none is made here either (a sliced input's
+        # functional value is not eager's storage: the rewrite named other elements,
+        # silently; fuzz seed 1001813)
+        return not (chain and type(chain[0]).__name__ == "alias_ViewMeta")
+
+    def read_by_backward(self, outs: list[Any]) -> list[Any]:
+        """``outs``, the forward outputs the joint differentiates, as the backward reads them:
+        a returned view whose storage changed since autograd recorded it, and whose recorded
+        chain autograd would replay otherwise than eager's regenerated ``grad_fn``
+        (:meth:`_rewrites`), is ``base.as_strided`` of its geometry (the same elements, and
+        eager's ``AsStridedBackward0`` off the base; fuzz seed 12006332). The analysis checks
+        each such output as a rewritten use (:meth:`stale_outputs`)."""
+        return [
+            t._base.as_strided(*_geometry(t)) if isinstance(t, FunctionalTensor) and self._rewrites_output(t) else t
+            for t in outs
+        ]
+
+    def stale_outputs(self, outs: list[Any]) -> dict[int, tuple[torch.Tensor, Geometry]]:
+        """The outputs among ``outs`` that :meth:`read_by_backward` replaces, ``id -> (view,
+        geometry used)``, as :attr:`rewritten` holds a call's."""
+        return {id(t): (t, _geometry(t)) for t in outs if isinstance(t, FunctionalTensor) and self._rewrites_output(t)}
+
+    def _rewrites_output(self, t: FunctionalTensor) -> bool:
+        """The returned ``t``, which the backward reads with a gradient (it requires grad),
+        is a view :meth:`_rewrites` addresses by ``as_strided`` of its base, as a use."""
+        with torch._C.DisableTorchFunction():
+            return t.requires_grad and self._rewrites(t, False)
 
     def replays_write(self, t: torch.Tensor) -> bool:
         """A write through ``t``, a view whose base an in-place metadata op made a view of its
@@ -220,6 +320,37 @@ class StaleViewUses(TorchFunctionMode):
                 return False
             return replayed is not None
 
+    @staticmethod
+    def _relocated_write(
+        func: Any, args: tuple, kwargs: dict, view: torch.Tensor, storage: torch.Tensor, name: str
+    ) -> Any:
+        """Run the in-place op ``func`` (``args[0]`` standing for ``view``) on a copy of
+        ``view``'s elements taken of ``storage``, a copy of its base laid out at the base's
+        storage locations in a fresh tensor that starts at offset 0 (:func:`_storage_copy`);
+        write the result into ``storage`` through ``as_strided`` of ``view``'s geometry, then
+        the base's elements back into the base. Autograd's ``CopySlices`` for that write
+        replays ``as_strided`` at the view's absolute offset on a buffer that also starts at 0,
+        as eager's addresses the view relative to its base, and the base's gradient comes back
+        through ``as_strided`` of ``storage`` (its own geometry). The same values are written
+        (the view's elements are the base's). What the op's node saves of the copy is noted as
+        ``view`` (eager's node saved the view: its backward checks the view's version,
+        :func:`~aotgrad.core.saved_tensors.note_saved_by_stand_in`).
+
+        ``view`` is left stale here: its next recorded use, where autograd's replay of its
+        chain is not eager's ``as_strided`` off the base, is another stale view's. Returns what
+        the op returns (``view`` where it returns the tensor written)."""
+        with torch._C.DisableTorchFunction():
+            base = view._base
+            geometry, base_geometry = _geometry(view), _geometry(base)
+            version = view._version
+        values = storage.as_strided(*geometry).clone()
+        out, saved = saving_into_copy(lambda: func(values, *args[1:], **kwargs))
+        storage.as_strided(*geometry).copy_(values)
+        base.copy_(storage.as_strided(*base_geometry))
+        with torch._C.DisableTorchFunction():
+            note_saved_by_stand_in(saved, values, view, version, name)
+        return view if out is values else out
+
     def _note_versions(self, source: Any, out: Any) -> None:
         """As :meth:`EagerViewGeometry._note_versions`: new views' versions; an in-place op
         autograd records on a view rebases it."""
@@ -244,11 +375,18 @@ class StaleViewUses(TorchFunctionMode):
                 self._note_versions(args[0] if args else None, out)
             return out
         proxies: dict[int, torch.Tensor] = {}
+        #: id(view) -> the copy of its base's storage a relocated write goes through
+        storages: dict[int, torch.Tensor] = {}
         self.rewritten_in = name
         for t in targets:
             geometry = _geometry(t)
             self.rewritten[id(t)] = (t, geometry)
-            if id(t) in self.replayed:
+            if id(t) in self.relocated:
+                with torch._C.DisableTorchFunction():
+                    base = t._base  # (autograd's; the modes outside may answer for a detached alias)
+                storages[id(t)] = _storage_copy(base)
+                proxies[id(t)] = storages[id(t)].as_strided(*geometry)
+            elif id(t) in self.replayed:
                 proxies[id(t)] = _laid_out_as(
                     t._view_func_unsafe(_laid_out_as(t._base, self._base_geometries[id(t)][1])), geometry
                 )
@@ -260,6 +398,12 @@ class StaleViewUses(TorchFunctionMode):
             return proxies.get(id(x), x) if isinstance(x, FunctionalTensor) and any(x is t for t in targets) else x
 
         new_args, new_kwargs = pytree.tree_map(swap, (args, kwargs))
+        if id(source) in storages:
+            out = self._relocated_write(func, new_args, new_kwargs, source, storages[id(source)], name)
+            if self.history_recorded is not None:
+                with torch._C.DisableTorchFunction():
+                    self.history_recorded(source)
+            return out
         out = func(*new_args, **new_kwargs)
         if id(source) in proxies and out is proxies[id(source)]:
             # an in-place op through the view returns the view itself; its value follows the

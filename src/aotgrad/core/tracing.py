@@ -332,12 +332,15 @@ def trace_joint(
             f_primals = [to_functional(p) for p in primals]
             f_tangents = [to_functional(t) for t in tangents]
         leaves = NewLeaves(f_primals) if slot_flips else contextlib.nullcontext()
-        with unchecked, mode, torch.set_grad_enabled(grad_enabled), EagerRewrites(), NoGradMarks(), leaves, StaleViewUses():
+        stale_uses = StaleViewUses()
+        with unchecked, mode, torch.set_grad_enabled(grad_enabled), EagerRewrites(), NoGradMarks(), leaves, stale_uses:
             fw_outs = forward(*f_primals)
         after_forward = [_mutation_state(f) for f in f_primals]
         with unchecked, mode, torch.enable_grad(), EagerRewrites():
             kept = [k for k, p in enumerate(tangent_positions) if p not in refused]
-            diff_outs = [fw_outs[tangent_positions[k]] for k in kept]
+            # (a returned view that eager's backward reads off its base, where autograd here
+            # would replay its recorded chain: StaleViewUses.read_by_backward)
+            diff_outs = stale_uses.read_by_backward([fw_outs[tangent_positions[k]] for k in kept])
             backward_stack_traces(diff_outs)  # backward nodes get their forward op's stack_trace
             # one gradient per graph input, then one per new leaf the program returns
             grads: list[Any] = [None] * (len(f_primals) + len(slot_flips))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import traceback
 from typing import Any, NamedTuple
 
 import torch
@@ -29,7 +30,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import _disable_current_modes
 
-from ..errors import AotgradCompileError, current_user_line
+from ..errors import AotgradCompileError, current_user_frame, current_user_line, describe_frame
 from .kernel_checks import raise_eager_overlap_error
 from .overlapping_writes import _location_set
 from .stale_views import StaleViewUses, same_addressing, writes_through_source
@@ -43,6 +44,34 @@ _METADATA_INPLACE = frozenset(
     {"t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_", "as_strided_"}
 )
 #: functionalization's records of as_strided and as_strided_
+def _write_replays(view: FunctionalTensor) -> bool:
+    """The backward of a write through ``view`` addresses it as eager's does: autograd's
+    ``CopySlices`` replays the view's recorded chain (``_view_func``) on a fresh tensor laid
+    out as the base *at storage offset 0*, where eager's takes ``as_strided`` of that tensor
+    at the view's offset less the base's. The replay must name the view's elements at that
+    relative offset: it does not after an in-place metadata op on the view (as for
+    :func:`_autograd_replays`), nor through an ``as_strided`` step of a base whose storage
+    offset is not 0 (``as_strided`` offsets are absolute: the gradient would reach the
+    elements that many places before eager's; fuzz seed 10015469)."""
+    if torch._C._autograd._get_creation_meta(view) != torch._C._autograd.CreationMeta.DEFAULT:
+        return True  # (as _autograd_replays: eager raises on a write through such a view)
+    size, stride, offset = functional_geometry(view._base)
+    chain = functionalization.get_view_meta_sequence(view.elem)
+    if (type(offset) is int and offset == 0) or not any(type(vm).__name__ in _AS_STRIDED_VIEW_METAS for vm in chain):
+        # (other view steps address relative to their input: so does the replay)
+        return _autograd_replays(view)
+    view_size, view_stride, view_offset = functional_geometry(view)
+    try:
+        with _outside_tracing():
+            storage = torch.empty(
+                view._base.untyped_storage().nbytes() // view._base.element_size(), dtype=view.dtype, device="meta"
+            )
+            replayed = _geometry(view._view_func_unsafe(storage.as_strided(size, stride, 0)))
+    except Exception:  # noqa: BLE001 - the chain does not apply there (out of bounds): no replay
+        return False
+    return same_addressing(replayed, (view_size, view_stride, view_offset - offset))
+
+
 _AS_STRIDED_VIEW_METAS = frozenset({"as_strided_ViewMeta", "as_strided__ViewMeta"})
 #: ops whose offsets and strides address the storage as laid out
 _STORAGE_ADDRESSING = frozenset({"as_strided", "as_strided_"})
@@ -199,6 +228,8 @@ class EagerViewGeometry(TorchFunctionMode):
         #: id(view) -> (the view, the version its autograd history was recorded at: its
         #: creation, or an in-place op on it that autograd recorded), as eager's attr_version
         self.view_versions: dict[int, tuple[torch.Tensor, int]] = {}
+        #: id(view) -> (the view, the user's frame that took it)
+        self.view_frames: dict[int, tuple[torch.Tensor, traceback.FrameSummary | None]] = {}
         #: id(view) -> (the view, its as_strided steps taken since the stale view, the user's
         #: line of the first of them, whether replaying the stale view's own chain may not
         #: give eager's gradient), for views taken with grad recording of a stale view (or of
@@ -394,23 +425,29 @@ class EagerViewGeometry(TorchFunctionMode):
         rest = seq[len(functionalization.get_view_meta_sequence(stale._base.elem)):]
         return bool(rest) and type(rest[0]).__name__ in _AS_STRIDED_VIEW_METAS and id(stale._base) not in self.covering_inputs
 
+    def note_history_recorded(self, source: FunctionalTensor) -> None:
+        """An in-place op that autograd records (grad mode, ``source`` requiring grad) wrote
+        through the view ``source``: eager rebases its history, so it is no longer stale."""
+        entry = self.view_versions.get(id(source))
+        if entry is not None and entry[0] is source and torch.is_grad_enabled() and source.requires_grad:
+            if entry[1] != source._version and self.no_grad_steps.get(id(source), (None,))[0] is source:
+                # a stale view (an in-place metadata op under no_grad made its whole chain
+                # a no_grad prefix): eager regenerates its grad_fn off its base in grad
+                # mode before recording this op, so its gradient reaches the base again
+                del self.no_grad_steps[id(source)]
+            self.view_versions[id(source)] = (source, source._version)
+
     def _note_versions(self, args: tuple, out: Any) -> None:
         """Record new views' versions; an in-place op autograd records on a view rebases it."""
         source = args[0] if args else None
         if out is source and isinstance(source, FunctionalTensor):
-            entry = self.view_versions.get(id(source))
-            if entry is not None and entry[0] is source and torch.is_grad_enabled() and source.requires_grad:
-                if entry[1] != source._version and self.no_grad_steps.get(id(source), (None,))[0] is source:
-                    # a stale view (an in-place metadata op under no_grad made its whole chain
-                    # a no_grad prefix): eager regenerates its grad_fn off its base in grad
-                    # mode before recording this op, so its gradient reaches the base again
-                    del self.no_grad_steps[id(source)]
-                self.view_versions[id(source)] = (source, source._version)
+            self.note_history_recorded(source)
             return
         for r in out if isinstance(out, (tuple, list)) else (out,):
             if isinstance(r, FunctionalTensor) and r is not source and r._base is not None and id(r) not in self.view_versions:
                 self.view_versions[id(r)] = (r, r._version)
                 self.base_geometry_at_view[id(r)] = (r, _geometry(r._base))
+                self.view_frames[id(r)] = (r, current_user_frame())
                 if (
                     isinstance(source, FunctionalTensor) and torch.is_grad_enabled() and source.requires_grad
                     and self.of_stale(source)
@@ -448,6 +485,18 @@ class EagerViewGeometry(TorchFunctionMode):
                     "route this write's gradient to other elements. Take the view after the "
                     "metadata op, or write through a view of a clone()."
                 )
+            if id(view) in self.stale_uses.written and not _starts_its_storage(view._base):
+                if id(view) in self.stale_uses.relocated and self._relocation_is_exact(view, used):
+                    continue
+                raise AotgradCompileError(
+                    f"aotgrad: in-place {name} at {current_user_line()} writes, recording a gradient, "
+                    "through a view that has an as_strided step (or that an in-place metadata op "
+                    "changed) of a tensor whose storage offset is not 0 (a detach()ed alias of a "
+                    "slice, say): autograd on the traced program addresses the write's gradient by "
+                    "the view's offset in the storage, eager's by its offset from that tensor's "
+                    "start, so the gradient would reach other elements. Take the view of a clone() "
+                    "of that tensor."
+                )
             if not self._rewrite_is_exact(view, used):
                 raise AotgradCompileError(
                     f"aotgrad: {name} at {current_user_line()} uses (or writes through) a view that an "
@@ -459,6 +508,36 @@ class EagerViewGeometry(TorchFunctionMode):
                     "out-of-place view op (t(), transpose(), unsqueeze(), ...) instead, or take the "
                     "view of a clone()."
                 )
+
+    def check_stale_outputs(self, outs: list[Any]) -> None:
+        """Check the outputs the joint differentiates through ``base.as_strided`` of their
+        geometry (:meth:`~aotgrad.core.stale_views.StaleViewUses.read_by_backward`) as the
+        rewritten uses :meth:`_check_stale_view_rewrites` checks; refuse where that is not
+        eager's gradient, naming the line that took the view."""
+        if self.stale_uses is None:
+            return
+        for view, used in self.stale_uses.stale_outputs(outs).values():
+            if not self._rewrite_is_exact(view, used):
+                entry = self.view_frames.get(id(view))
+                line = describe_frame(entry[1] if entry is not None and entry[0] is view else None)
+                raise AotgradCompileError(
+                    f"aotgrad: an output is a view (taken at {line}) "
+                    "that an in-place metadata op (t_, transpose_, unsqueeze_, as_strided_, ...) changed, "
+                    "or whose base it changed, and whose storage an in-place op changed since: eager's "
+                    "autograd addresses it by as_strided of its base, which the traced program lays out "
+                    "otherwise (a sliced or non-contiguous input, an in-place op that re-laid it out), so "
+                    "its gradient would reach other elements. clone() it before returning it."
+                )
+
+    def _relocation_is_exact(self, view: FunctionalTensor, used: Geometry) -> bool:
+        """A write through ``view`` relocated to a copy of its base's storage
+        (:meth:`~aotgrad.core.stale_views.StaleViewUses._relocated_write`) names eager's
+        elements: the geometries it used for the view (``used``) and its base are eager's."""
+        view_geometry, base_geometry = self.known_geometry(view), self.known_geometry(view._base)
+        return (
+            view_geometry is not None and base_geometry is not None
+            and same_addressing(view_geometry, used) and same_addressing(base_geometry, _geometry(view._base))
+        )
 
     def _rewrite_is_exact(self, view: FunctionalTensor, used: Geometry) -> bool:
         """``view._base.as_strided(*used)`` names in the traced program the elements eager's
@@ -1180,6 +1259,13 @@ def functional_geometry(t: FunctionalTensor) -> Geometry:
     with torch._C.DisableTorchFunction():
         torch._sync(t)
         return _geometry(torch._from_functional_tensor(t.elem))
+
+
+def _starts_its_storage(t: FunctionalTensor) -> bool:
+    """``t``'s functional value starts at storage offset 0, as the fresh tensor a write's
+    backward replays a view's chain on (:func:`_write_replays`)."""
+    offset = functional_geometry(t)[2]
+    return type(offset) is int and offset == 0
 
 
 def _covers_storage(t: torch.Tensor) -> bool:
