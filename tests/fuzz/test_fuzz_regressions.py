@@ -1589,9 +1589,10 @@ def f(a):
     )
 
 
-@XFAIL("refused at compile time (AotgradCompileError naming the line): functionalization makes view(dtype) an alias (detach) of the expanded tensor, cut off from the input, so the locations written cannot be expressed on a base (the write was silently lost before)")
 def test_setitem_through_int32_view_of_expanded_input():
-    """t1 = a.expand(3).view(torch.int32); t1[0] = 1.0 writes a's one element, so every t1[i] reads 1 in eager."""
+    """t1 = a.expand(3).view(torch.int32); t1[0] = 1.0 writes a's one element, so every t1[i] reads 1 in eager.
+    Functionalization makes view(dtype) an alias (detach) of the expanded tensor; the write
+    reaches a's locations through it (overlapping_writes.write_root; was refused)."""
     check_case(
         source='''
 def f(a):
@@ -3109,4 +3110,33 @@ def f(a, mode):
         post=[],
         modes=['grad'],
         seed=6332,
+    )
+
+
+def test_seed_9015656():
+    """A 0-d float written through t().expand(1).view(int32) (pow_, copy_): functionalization's
+    view(dtype) is an alias without an autograd base, and the expand's inverse,
+    base + sum_to(new - base), gave 0 for INT_MIN (overlapping_writes.write_root)."""
+    check_case(
+        source='''
+def f(a, b):
+    b.masked_fill_(b > 0, 0.0)
+    with torch.no_grad():
+        t0 = b.t()
+        t1 = t0.expand(1)
+        t2 = t1.view(torch.int32)
+    t2.pow_(2)
+    t2.copy_(t1)
+    t0.relu_()
+    t3 = t2.sum(-1, keepdim=True)
+    with torch.no_grad():
+        t4 = t3.as_strided((1,), (1,), 0)
+    t5 = t4.sigmoid()
+    t0.sigmoid_()
+    return t4, b, b
+''',
+        inputs={'bases': [{'shape': [], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.unsqueeze(0)'}, {'kind': 'tensor', 'base': 0, 'expr': 'x.detach()'}]},
+        post=[],
+        modes=['grad', 'no_grad'],
+        seed=15656,
     )

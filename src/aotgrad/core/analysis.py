@@ -23,7 +23,7 @@ from torch._subclasses.fake_tensor import (
     FakeTensorMode,
     UnsupportedOperatorException,
 )
-from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
+from torch._subclasses.functional_tensor import FunctionalTensor
 from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode, statically_known_true
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.overrides import TorchFunctionMode
@@ -34,6 +34,7 @@ from .eager_rewrites import _INPLACE_DUNDERS, EagerRewrites
 from .layout import takes_eager_layout
 from .effects import effects_as_ordered_nodes
 from .metadata import InputInfo, LeafSlot, OutputInfo, OutputType, ViewAndMutationMetadata
+from .overlapping_writes import NoLossyReplays
 from .saved_tensors import find_eager_saved, saving_through_view
 from .signature import GraphSignature
 from .subclasses import TensorStructure
@@ -559,7 +560,7 @@ def analyze(
     Raises :class:`AotgradCompileError` (naming the user's line) when the program cannot be
     run on fake tensors, e.g. data-dependent control flow.
     """
-    mode = FunctionalTensorMode()
+    mode = NoLossyReplays()
     with fake_mode, mode:
         f_inputs = [to_functional(t) for t in fake_inputs]
     grad_fns_before = [getattr(f, "grad_fn", None) for f in f_inputs]

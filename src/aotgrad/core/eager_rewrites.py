@@ -44,11 +44,18 @@ eager's own fill, so the traced graph consumes the generator exactly as eager do
 - **Writes through memory that overlaps itself** (an ``expand()``ed view, an overlapping
   ``as_strided``, or a view taken through one) are written into the root's memory locations
   by :func:`~aotgrad.core.overlapping_writes.overlapping_write` (functionalization's inverses
-  of such views sum or drop writes); loop-order-dependent ones are refused there.
+  of such views sum or drop writes, and ``expand``'s is not bit-exact even for one element);
+  loop-order-dependent ones are refused there. The ``detach()`` and ``view(dtype)`` aliases
+  functionalization holds without an autograd base are noted (:meth:`EagerRewrites._note_aliases`)
+  for the root to be reached through them, and a ``torch.nn.functional`` call with
+  ``inplace=True`` (whose in-place op this mode does not see) on such a view is made an
+  in-place op of that view (:func:`_inplace_functional`; ``dropout``'s
+  own rewrite writes such a view through the same path).
 """
 
 from __future__ import annotations
 
+import inspect
 import weakref
 
 from typing import Any, Callable
@@ -64,7 +71,7 @@ from torch.overrides import TorchFunctionMode
 
 from ..errors import AotgradCompileError, current_user_line
 from .kernel_checks import raise_eager_dtype_error
-from .overlapping_writes import overlapping_write
+from .overlapping_writes import chain_overlaps, has_lossy_step, overlapping_write
 from .view_geometry import as_strided_geometry, rebased_root, restride_drops_gradient
 
 __all__ = ["EagerRewrites", "bernoulli_like"]
@@ -126,6 +133,10 @@ class EagerRewrites(TorchFunctionMode):
         self.odd_size1_strides = False
         #: ``id(t.detach())`` → (the alias, weakly; ``t``): see :func:`_as_strided_of_detached`
         self.detached_from: dict[int, tuple[weakref.ref, torch.Tensor]] = {}
+        #: ``id(t)`` → (``t``, weakly; the tensor it aliases) for each tensor an op returned
+        #: that functionalization holds as a view without an autograd base (``detach()``,
+        #: ``view(dtype)``): see :meth:`_alias_source`
+        self.aliased_from: dict[int, tuple[weakref.ref, torch.Tensor]] = {}
         #: ``id(v.as_strided(...))`` of such an alias → what :meth:`_write_proxy` needs
         self.strided_detached: dict[int, tuple] = {}
         #: storage → (view, root) for the views re-strided by ``as_strided_`` whose record
@@ -229,7 +240,27 @@ class EagerRewrites(TorchFunctionMode):
         _own_roots(args, kwargs, out)
         if args and type(args[0]) is FunctionalTensor:
             self._note_strided_views(func, args[0], out)
+            self._note_aliases(args[0], out)
         return out
+
+    def _note_aliases(self, source: FunctionalTensor, out: Any) -> None:
+        """Note each tensor in ``out`` that functionalization holds as a view of ``source``'s
+        storage without an autograd base (``detach()``, ``view(dtype)``) as an alias of
+        ``source``, for :func:`~aotgrad.core.overlapping_writes.write_root` to reach the
+        storage's root through it."""
+        with torch._C.DisableTorchFunction():
+            for t in pytree.tree_leaves(out):
+                if (
+                    type(t) is FunctionalTensor and t is not source and t._base is None
+                    and functionalization.get_view_meta_sequence(t.elem)
+                    and StorageWeakRef(t.untyped_storage()) == StorageWeakRef(source.untyped_storage())
+                ):
+                    self.aliased_from[id(t)] = (weakref.ref(t), source)
+
+    def _alias_source(self, t: Any) -> torch.Tensor | None:
+        """The tensor ``t`` was made an alias of without an autograd base (:meth:`_note_aliases`)."""
+        entry = self.aliased_from.get(id(t))
+        return entry[1] if entry is not None and entry[0]() is t else None
 
     def _unrecorded_write_past_as_strided(self, func, args: tuple, kwargs: dict) -> bool:
         """An in-place write that autograd does not record through a view whose
@@ -359,6 +390,12 @@ class EagerRewrites(TorchFunctionMode):
             return out
         if func in _AS_STRIDED and args and _as_strided_of_base(args[0], args[1:], kwargs):
             return func(args[0]._base, *args[1:], **kwargs)
+        if (inplace_call := _inplace_functional(func, args, kwargs)) is not None:
+            # ``F.relu(v, inplace=True)`` writes ``v`` with ``relu_`` inside the call, which
+            # this mode does not see: made an in-place op of ``v``, whose write through the
+            # expand is exact (core/overlapping_writes.py)
+            dest, write = inplace_call
+            return self._rewritten(write, types, (dest,), {})
         if func is _FUNCTIONAL_DROPOUT:
             x, p, train, inplace = _bind(args, kwargs, ("input", "p", "training", "inplace"), (0.5, True, False))
         elif func in _DROPOUTS or func in _DROPOUTS_INPLACE:
@@ -366,7 +403,8 @@ class EagerRewrites(TorchFunctionMode):
             inplace = func in _DROPOUTS_INPLACE
         else:
             rewritten, out = overlapping_write(
-                func, args, kwargs, self._commit, by_location=self._unrecorded_write_past_as_strided(func, args, kwargs)
+                func, args, kwargs, self._commit, by_location=self._unrecorded_write_past_as_strided(func, args, kwargs),
+                alias_source=self._alias_source,
             )
             if rewritten:
                 return out
@@ -397,8 +435,41 @@ class EagerRewrites(TorchFunctionMode):
             return _keeping_layout(root, func, args, kwargs, size1_unknown=self.odd_size1_strides)
         if train and 0 < p < 1 and x.numel() > 0 and x.device.type == "cpu" and x.is_floating_point():
             noise = bernoulli_like(x.detach(), 1 - p).div_(1 - p)
+            if inplace and has_lossy_step(x):
+                # (the mode is off here: the write goes through the rewrites explicitly)
+                return self._rewritten(torch.Tensor.mul_, types, (x, noise), {})
             return x.mul_(noise) if inplace else x * noise
         return func(*args, **kwargs)
+
+
+def _inplace_functional(
+    func, args: tuple, kwargs: dict,
+) -> tuple[FunctionalTensor, Callable[[torch.Tensor], torch.Tensor]] | None:
+    """For a ``torch.nn.functional`` call with ``inplace=True`` (other than ``dropout``,
+    rewritten on its own) whose input (its first parameter) overlaps itself or is a view
+    through an overlapping step (``expand``, ``unfold``, an overlapping ``as_strided``: what
+    :func:`~aotgrad.core.overlapping_writes.overlapping_write` writes): the call as an in-place
+    op of that input: (the input, ``w``, named as an in-place op, ``relu_``: ``w(x)`` runs
+    ``func`` with ``x`` for the input and the call's other arguments); else None."""
+    if getattr(func, "__module__", None) != "torch.nn.functional" or func is _FUNCTIONAL_DROPOUT:
+        return None
+    try:
+        bound = inspect.signature(func).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return None
+    if bound.arguments.get("inplace") is not True:
+        return None
+    first = next(iter(bound.arguments))
+    dest = bound.arguments[first]
+    if type(dest) is not FunctionalTensor or not (chain_overlaps(dest) or _overlaps(dest)):
+        return None
+
+    def write(dest: torch.Tensor) -> torch.Tensor:
+        bound.arguments[first] = dest
+        return func(*bound.args, **bound.kwargs)
+
+    write.__name__ = f"{func.__name__}_"
+    return dest, write
 
 
 def _unviewable_fill(args: tuple, kwargs: dict) -> bool:

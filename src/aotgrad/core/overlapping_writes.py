@@ -2,21 +2,33 @@
 
 Functionalization replays a write into a view onto the view's base through each view op's
 inverse. Two inverses are wrong where elements share memory: ``expand``'s is
-``base + sum_to(new - base)`` (a write reaching ``n`` copies of a location adds ``n`` times,
-and even a write into one copy is only ``(c - b) + b``, off by rounding), and
-``as_strided_scatter``/``unfold_backward`` of an overlapping view keep one writer per location,
-or sum them. Eager writes memory: a location gets the value of *any* element written there.
+``base + sum_to(new - base)`` (a write reaching ``n`` copies of a location adds ``n`` times),
+and ``as_strided_scatter``/``unfold_backward`` of an overlapping view keep one writer per
+location, or sum them. Eager writes memory: a location gets the value of *any* element
+written there. ``expand``'s is wrong even where no elements of the destination share memory
+(``x.expand(2, 3)[0]``, ``x.expand(1).view(torch.int32)``): ``(new - b) + b`` loses ``-0.0``,
+turns ``inf`` into ``nan``, rounds (``1e8 + (2 - 1e8) == 0`` in float32) and mangles the bit
+patterns written through a ``view(dtype)``.
 
-So a data write whose destination overlaps itself (an ``expand()``ed or overlapping
-``as_strided`` view), or is a view taken through such a step, is rewritten by
-:func:`overlapping_write`: the op runs on a ``clone()`` of the destination (dense, so the
-functional op is exact), and the new values go to the destination's memory locations in its
-**root** (the functional ``._base``, or the tensor itself), by location arithmetic on the
-sizes, strides and storage offsets of the destination's and the root's functional values
-(:func:`_value_geometry`): ``root.copy_(where(hit, values, root))`` with
-``hit``/``values`` scattered over the storage span (``index_put``). The op itself runs first
-as far as its first mutating op below autograd, so that autograd's checks of the destination
-raise eager's errors (:func:`_check_inplace_as_eager`). Autograd then sees what
+The contract: **every data write whose destination's functionalization chain has an
+``expand`` or ``unfold`` step** (``unfold``'s inverse, ``unfold_backward``, also zeroes the
+elements between windows) is written exactly (below) or refused (:class:`~aotgrad.errors.AotgradCompileError`
+naming the op and the user's line); so is a write whose destination overlaps itself (an
+``expand()``ed or overlapping ``as_strided`` view) or is a view taken through an
+overlapping ``as_strided``/``unfold``. Such a write is rewritten by :func:`overlapping_write`
+(called by ``EagerRewrites`` for every in-place method, ``out=`` op, item assignment, and
+``torch.nn.functional`` call with ``inplace=True`` made an in-place op): the op runs on a
+``clone()`` of the destination (dense, so the functional op is exact), and the new values go
+to the destination's memory locations in its **root** (:func:`write_root`: the functional
+``._base``, or the tensor itself, followed up past any tensor whose own chain has an
+``expand`` or ``unfold`` step, through the ``detach()`` and ``view(dtype)`` aliases functionalization holds
+as views without an autograd base, written unrecorded then, as eager's write of the
+alias's memory is), by location arithmetic on the sizes, strides and storage offsets of the destination's and
+the root's functional values (:func:`_value_geometry`; a ``view(dtype)`` of the root's
+element size: its bits): ``root.copy_(where(hit, values, root))`` with ``hit``/``values``
+scattered over the storage span (``index_put``). The op itself runs first as far as its
+first mutating op below autograd, so that autograd's checks of the destination raise
+eager's errors (:func:`_check_inplace_as_eager`). Autograd then sees what
 eager's sees: written locations lose the root's old gradient, the written values' sources
 get theirs (an element written through several aliases gets the gradient once per alias,
 as eager's ``as_strided`` view of the gradient gives it).
@@ -39,24 +51,35 @@ into the view's geometry): noted on the rewrite's autograd node, for the compile
 to raise it too (core/saved_tensors.py). What the op's node saves of the clone stands for
 the destination eager's saved, whose version eager's backward checks: noted on that node
 (``saved_tensors.note_saved_by_stand_in``).
+
+Refused through a chain with an ``expand`` or ``unfold`` step: a destination of another element size than
+its root (``view_as_real``, ``.real`` of an expanded complex tensor); a write autograd records
+into a ``detach()``ed or ``view(dtype)`` alias crossed on the way to the root (eager records
+it on the alias alone); a root out of reach (an alias of a tensor functionalization made
+internally, symbolic sizes); and, by the analysis's functionalization mode
+(:class:`NoLossyReplays`, at the aten op), every write that reaches functionalization
+without passing here (an ``out=`` tuple, ``_foreach_*_``, an op's internal write).
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch._C._functionalization as functionalization
+import torch.utils._pytree as pytree
 from torch._prims_common import is_non_overlapping_and_dense_or_false
-from torch._subclasses.functional_tensor import FunctionalTensor
+from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..errors import AotgradCompileError, current_user_line
 from .saved_tensors import note_backward_error, note_saved_by_stand_in, saving_into_copy
 
-__all__ = ["Overlap", "overlap_of", "overlapping_write", "overlaps_itself", "scatter_once_per_location"]
+__all__ = ["Overlap", "overlap_of", "overlapping_write", "overlaps_itself", "scatter_once_per_location", "write_root",
+           "NoLossyReplays", "has_lossy_step", "chain_overlaps"]
 
 #: layouts with more elements than this are not enumerated by :func:`overlaps_itself`
 _OVERLAP_ENUMERATION_LIMIT = 1 << 16
@@ -152,7 +175,7 @@ def _geometry(t: torch.Tensor) -> tuple[tuple, tuple, Any] | None:
     return g
 
 
-def _chain_overlaps(t: FunctionalTensor) -> bool:
+def chain_overlaps(t: FunctionalTensor) -> bool:
     """A view step in ``t``'s chain from its storage's root made elements share memory: an
     ``expand`` (whose functional inverse sums), an overlapping ``as_strided`` or ``unfold``."""
     for vm in functionalization.get_view_meta_sequence(t.elem):
@@ -195,7 +218,7 @@ def _written(func: Any, args: tuple, kwargs: dict) -> tuple[str, Any] | None:
 
 def overlapping_write(
     func: Any, args: tuple, kwargs: dict, commit: Callable[[FunctionalTensor, torch.Tensor], None],
-    *, by_location: bool = False,
+    *, by_location: bool = False, alias_source: Callable[[FunctionalTensor], Any] | None = None,
 ) -> tuple[bool, Any]:
     """Run the in-place op ``func(*args, **kwargs)`` as a write of its destination's root
     where the destination overlaps itself or is a view through an overlapping step (see the
@@ -205,12 +228,15 @@ def overlapping_write(
     eager's result would be its loop order's. ``by_location``: write the destination's root so
     whether or not the destination overlaps (a write functionalization would refuse, whose
     destination's chain has an ``as_strided`` after its first step; the caller checks that
-    autograd does not record it and that the sizes, strides and offsets are eager's)."""
+    autograd does not record it and that the sizes, strides and offsets are eager's).
+    ``alias_source(t)``: the tensor ``t`` is an alias of, where functionalization holds ``t``
+    as a view without an autograd base (a ``detach()``, a ``view(dtype)``), else None
+    (:func:`write_root`)."""
     written = _written(func, args, kwargs)
     if written is None or type(written[1]) is not FunctionalTensor:
         return False, None
     name, dest = written
-    chain = by_location or _chain_overlaps(dest)
+    chain = by_location or chain_overlaps(dest)
     geometry = _geometry(dest)
     dest_overlaps = geometry is not None and overlaps_itself(geometry[0], geometry[1])
     if geometry is not None and not dest_overlaps and not chain:
@@ -228,29 +254,36 @@ def overlapping_write(
             f"aotgrad: in-place {name} at {current_user_line()} through memory that may overlap "
             "itself, with symbolic sizes: the locations written are computed with static ones."
         )
-    with torch._C.DisableTorchFunction():
-        root = dest if dest._base is None else dest._base
-    if type(root) is not FunctionalTensor:
-        return False, None
-    root_geometry = _geometry(root)
-    if root_geometry is not None and _has_expand(root) and not dest_overlaps:
-        # no element of ``dest`` shares memory with another: functionalization's replay is
-        # exact up to rounding (the expand's inverse adds and subtracts the old value), and
-        # the base is out of reach (below)
-        return False, None
-    if root_geometry is None or _has_expand(root):
+    root, cut_off = write_root(dest, alias_source)
+    if root is None and not has_lossy_step(dest):
+        return False, None  # (no functional base: functionalization's own replay)
+    if cut_off:
+        # through an alias autograd does not connect to ``root``: eager writes ``root``'s
+        # memory unrecorded, and records the write (if at all) on the alias alone
+        if torch.is_grad_enabled() and any(
+            isinstance(t, torch.Tensor) and t.requires_grad for t in pytree.tree_leaves((args, kwargs))
+        ):
+            raise AotgradCompileError(
+                f"aotgrad: in-place {name} at {current_user_line()} writes, recorded by autograd, "
+                "through a detach()ed or view(dtype) alias of an expand()ed tensor: eager records "
+                "it on the alias alone, which the exact write of the expanded tensor's base does "
+                "not express. Write into a clone() instead."
+            )
+    unrecorded = torch.no_grad() if cut_off else contextlib.nullcontext()
+    root_geometry = None if root is None else _geometry(root)
+    if root_geometry is None:
         raise AotgradCompileError(
-            f"aotgrad: in-place {name} at {current_user_line()} writes through memory that overlaps "
-            "itself, by a view whose base is an expand()ed tensor cut off from its storage's root "
-            "(a detach() or view(dtype) of it: functionalization makes the latter an alias of its "
-            "input), or has symbolic sizes: the locations written cannot be expressed on a base. "
-            "Write into a clone() instead."
+            f"aotgrad: in-place {name} at {current_user_line()} writes through a view taken "
+            "through an expand() whose base the write cannot be expressed on (a tensor "
+            "functionalization made internally, or symbolic sizes): functionalization's replay "
+            "of the expand (base + (new - base)) is not exact. Write into a clone() instead."
         )
     if dest.dtype != root.dtype and dest.element_size() != root.element_size():
         raise AotgradCompileError(
             f"aotgrad: in-place {name} at {current_user_line()} writes through a view of another "
-            "element size (view(dtype)) whose memory overlaps itself; this is not supported. "
-            "Write into a clone() instead."
+            "element size than its base (view(dtype), view_as_real, .real) taken through an "
+            "expand() or memory that overlaps itself; this is not supported. Write into a clone() "
+            "instead."
         )
     # the locations written: where ``dest``'s and ``root``'s functional values lie (see
     # :func:`_value_geometry`); ``geometry`` stays eager's for eager's overlap checks
@@ -261,7 +294,8 @@ def overlapping_write(
             "whose functional value has symbolic sizes: the locations written cannot be computed."
         )
     if name == "__setitem__":
-        return True, _setitem(dest, root, locations, root_locations, args, commit)
+        with unrecorded:
+            return True, _setitem(dest, root, locations, root_locations, args, commit)
     overlap = overlap_of(geometry[0], geometry[1])
     if name == "fill_" and isinstance(args[1] if len(args) > 1 else kwargs.get("value"), torch.Tensor):
         name = "copy_"  # eager fills from a tensor through copy_: its checks, not fill_'s
@@ -302,7 +336,8 @@ def overlapping_write(
         result, saved = saving_into_copy(lambda: func(*args, **{**kwargs, "out": values}))
     else:
         result, saved = saving_into_copy(lambda: func(values, *args[1:], **kwargs))
-    _write_locations(root, locations, root_locations, values, writer, commit, geometry)
+    with unrecorded:
+        _write_locations(root, locations, root_locations, values, writer, commit, geometry)
     _refresh_history(dest)
     # eager's node saved ``dest`` where this one saved ``values``: its version is checked
     note_saved_by_stand_in(saved, values, dest, version, name)
@@ -468,8 +503,73 @@ def _span(geometry) -> tuple[int, int]:
     return lo, hi
 
 
-def _has_expand(t: FunctionalTensor) -> bool:
-    return any(type(vm).__name__ == "expand_ViewMeta" for vm in functionalization.get_view_meta_sequence(t.elem))
+def write_root(
+    dest: FunctionalTensor, alias_source: Callable[[FunctionalTensor], Any] | None,
+) -> tuple[FunctionalTensor | None, bool]:
+    """The tensor a write into ``dest`` is expressed on, as its memory locations: ``dest``'s
+    autograd base (or ``dest``), followed up, while its own functionalization chain has an
+    ``expand`` or ``unfold`` step (:func:`has_lossy_step`), through autograd bases and the aliases
+    functionalization holds as views without one (``alias_source``: ``detach()``,
+    ``view(dtype)``); and whether the walk went through such an alias (autograd does not
+    connect ``dest`` to the result then). The result shares ``dest``'s storage; None where
+    the walk ends at no functional tensor (an alias of a tensor functionalization made
+    internally)."""
+    cut_off = False
+    with torch._C.DisableTorchFunction():
+        t: Any = dest if dest._base is None else dest._base
+        while type(t) is FunctionalTensor and has_lossy_step(t):
+            if t._base is not None:
+                t = t._base
+            else:
+                t, cut_off = (alias_source(t) if alias_source is not None else None), True
+    return (t if type(t) is FunctionalTensor else None), cut_off
+
+
+class NoLossyReplays(FunctionalTensorMode):
+    """Functionalization (the analysis's mode) that refuses every data write reaching it
+    whose destination's chain has an ``expand`` or ``unfold`` step (:func:`has_lossy_step`):
+    :func:`overlapping_write` writes those it sees (at the user's call) into their root's
+    locations, so what comes here was written where no torch function call shows it (an
+    ``out=`` tuple, ``_foreach_*_``, an op's internal write) and would be replayed through
+    a lossy inverse: refused, naming the op and the user's line."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = func._schema.name.split("::")[-1]
+        if name not in _METADATA_INPLACE and any(has_lossy_step(t) for t in _mutated_functional(func, args, kwargs)):
+            raise AotgradCompileError(
+                f"aotgrad: in-place {name} at {current_user_line()} writes through a view taken "
+                "through an expand() or unfold() (an out= tuple, a _foreach_ op, or a write inside "
+                "an op): aotgrad writes such a view exactly only in an in-place method, out= op, "
+                "item assignment or inplace=True functional called on it; functionalization's "
+                "replay (base + (new - base), unfold_backward) is not exact. Write into a clone() "
+                "instead."
+            )
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
+
+def _mutated_functional(func: Any, args: tuple, kwargs: dict) -> list[FunctionalTensor]:
+    """The functional tensors ``func``'s schema says it writes (``Tensor(a!)`` arguments)."""
+    found = []
+    for k, arg in enumerate(func._schema.arguments):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        value = kwargs.get(arg.name) if arg.kwarg_only or k >= len(args) else args[k]
+        found += [t for t in pytree.tree_leaves(value) if type(t) is FunctionalTensor]
+    return found
+
+
+#: view steps whose functionalization inverse is not exact even where the written view's
+#: elements do not share memory: ``expand``'s (``base + sum_to(new - base)``) and
+#: ``unfold``'s (``unfold_backward``: the elements between windows become 0)
+_LOSSY_STEPS = frozenset({"expand_ViewMeta", "unfold_ViewMeta"})
+
+
+def has_lossy_step(t: Any) -> bool:
+    """``t`` is a functional tensor whose chain has a step in :data:`_LOSSY_STEPS`."""
+    return type(t) is FunctionalTensor and any(
+        type(vm).__name__ in _LOSSY_STEPS for vm in functionalization.get_view_meta_sequence(t.elem)
+    )
 
 
 def _one_element(value: Any) -> bool:
@@ -554,6 +654,37 @@ def _refuse_loop_order(name: str, why: str) -> None:
     )
 
 
+#: the integer dtype of each element size: a float's bits, compared exactly
+_BITS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _bits_differ(call: Callable, a: tuple, b: tuple, dtype: torch.dtype | None) -> tuple[torch.fx.Node, Any]:
+    """Nodes (and value) of "``a``'s element is not ``b``'s, bit for bit" (each a (node,
+    value) pair of ``dtype``): a float's (complex's) bits are compared as integers, so that
+    ``-0.0`` differs from ``0.0`` and a ``nan`` does not differ from itself (``ne`` says
+    otherwise of both); other dtypes by ``ne``. Without a known dtype, ``ne``."""
+    ne = torch.ops.aten.ne.Tensor
+    if dtype is None or not (dtype.is_floating_point or dtype.is_complex):
+        value = None if a[1] is None or b[1] is None else ne(a[1], b[1])
+        return call(ne, (a[0], b[0]), value), value
+
+    def bits(node: torch.fx.Node, val: Any) -> tuple[torch.fx.Node, Any]:
+        if dtype.is_complex:
+            val = None if val is None else torch.ops.aten.view_as_real.default(val)
+            node = call(torch.ops.aten.view_as_real.default, (node,), val)
+        as_int = _BITS[dtype.itemsize // 2 if dtype.is_complex else dtype.itemsize]
+        val = None if val is None else torch.ops.aten.view.dtype(val, as_int)
+        return call(torch.ops.aten.view.dtype, (node, as_int), val), val
+
+    (a_bits, a_val), (b_bits, b_val) = bits(*a), bits(*b)
+    value = None if a_val is None or b_val is None else ne(a_val, b_val)
+    differ = call(ne, (a_bits, b_bits), value)
+    if dtype.is_complex:  # either part differs
+        value = None if value is None else torch.ops.aten.any.dim(value, -1)
+        differ = call(torch.ops.aten.any.dim, (differ, -1), value)
+    return differ, value
+
+
 def scatter_once_per_location(graph: torch.fx.Graph) -> None:
     """Rewrite each ``as_strided_scatter`` of ``graph`` whose layout has a stride-0 dim of
     static size > 1 to scatter one value per memory location.
@@ -563,8 +694,9 @@ def scatter_once_per_location(graph: torch.fx.Graph) -> None:
     of an expanded input, say) the real op copies into memory that overlaps itself and raises
     eager's internal-overlap error, where eager's write ran (fuzz seed 420373). Every element
     along such a dim shares its location in eager: the value there is the one written. So
-    along each such dim the value kept is the last element that differs from the location's
-    old value (the base's, read through the same layout), else the old value: exact where
+    along each such dim the value kept is the last element whose bits differ from the
+    location's old value (the base's, read through the same layout; by value, ``-0.0`` would
+    not differ from ``0.0``, and an unwritten ``nan`` would), else the old value: exact where
     the elements written there were written one value (a write through one element's view,
     ``a.unbind(0)[1]``, changes that element only: taking the first element lost it, fuzz
     seed 1003146; :func:`overlapping_write` writes every element of a location alike)."""
@@ -587,6 +719,7 @@ def scatter_once_per_location(graph: torch.fx.Graph) -> None:
 
         base_val = base.meta.get("val") if isinstance(base, torch.fx.Node) else None
         src_val = src.meta.get("val") if isinstance(src, torch.fx.Node) else None
+        dtype = next((v.dtype for v in (node.meta.get("val"), base_val, src_val) if isinstance(v, torch.Tensor)), None)
         with graph.inserting_before(node):
             old_val = None if base_val is None else torch.ops.aten.as_strided.default(base_val, size, stride, offset)
             old = call(torch.ops.aten.as_strided.default, (base, size, stride, offset), old_val)
@@ -599,8 +732,7 @@ def scatter_once_per_location(graph: torch.fx.Graph) -> None:
                 for k in range(size[d]):
                     elem = call(torch.ops.aten.slice.Tensor, (src, d, k, k + 1), first(src_val, k))
                     elem_val = first(src_val, k)
-                    changed_val = None if elem_val is None else torch.ops.aten.ne.Tensor(elem_val, old_val)
-                    changed = call(torch.ops.aten.ne.Tensor, (elem, old0), changed_val)
+                    changed, changed_val = _bits_differ(call, (elem, elem_val), (old0, old_val), dtype)
                     kept_val = None if changed_val is None else torch.ops.aten.where.self(changed_val, elem_val, kept_val)
                     kept = call(torch.ops.aten.where.self, (changed, elem, kept), kept_val)
                 src, src_val = kept, kept_val
