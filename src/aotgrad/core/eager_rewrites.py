@@ -49,8 +49,8 @@ eager's own fill, so the traced graph consumes the generator exactly as eager do
   functionalization holds without an autograd base are noted (:meth:`EagerRewrites._note_aliases`)
   for the root to be reached through them, and a ``torch.nn.functional`` call with
   ``inplace=True`` (whose in-place op this mode does not see) on such a view is made an
-  in-place op of that view (:func:`_inplace_functional`; ``dropout``'s
-  own rewrite writes such a view through the same path).
+  in-place op of that view (:func:`_inplace_functional`; ``dropout``'s and ``polygamma_``'s
+  own rewrites write a view through an ``expand`` or ``unfold`` through the same path).
 """
 
 from __future__ import annotations
@@ -358,6 +358,9 @@ class EagerRewrites(TorchFunctionMode):
             self.odd_size1_strides = any(_odd_size1_strides(t) for t in (*args, *kwargs.values()))
         if func is _POLYGAMMA_INPLACE:
             x, n = args[0], args[1] if len(args) > 1 else kwargs["n"]
+            if has_lossy_step(x):
+                # (the mode is off here: the write goes through the rewrites explicitly)
+                return self._rewritten(torch.Tensor.copy_, types, (x, torch.polygamma(n, x.clone())), {})
             return x.copy_(torch.polygamma(n, x.clone()))  # the clone is what backward reads
         if func is _SQUEEZE_INPLACE and (len(args) > 1 or "dim" in kwargs):
             return _squeeze_(args[0], args[1] if len(args) > 1 else kwargs["dim"])
