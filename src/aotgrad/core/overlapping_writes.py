@@ -265,7 +265,7 @@ def overlapping_write(
         ):
             raise AotgradCompileError(
                 f"aotgrad: in-place {name} at {current_user_line()} writes, recorded by autograd, "
-                "through a detach()ed or view(dtype) alias of an expand()ed tensor: eager records "
+                "through a detach()ed or view(dtype) alias of an expand()ed or unfold()ed tensor: eager records "
                 "it on the alias alone, which the exact write of the expanded tensor's base does "
                 "not express. Write into a clone() instead."
             )
@@ -274,16 +274,16 @@ def overlapping_write(
     if root_geometry is None:
         raise AotgradCompileError(
             f"aotgrad: in-place {name} at {current_user_line()} writes through a view taken "
-            "through an expand() whose base the write cannot be expressed on (a tensor "
+            "through an expand() or unfold() whose base the write cannot be expressed on (a tensor "
             "functionalization made internally, or symbolic sizes): functionalization's replay "
-            "of the expand (base + (new - base)) is not exact. Write into a clone() instead."
+            "(base + (new - base), unfold_backward) is not exact. Write into a clone() instead."
         )
     if dest.dtype != root.dtype and dest.element_size() != root.element_size():
         raise AotgradCompileError(
             f"aotgrad: in-place {name} at {current_user_line()} writes through a view of another "
             "element size than its base (view(dtype), view_as_real, .real) taken through an "
-            "expand() or memory that overlaps itself; this is not supported. Write into a clone() "
-            "instead."
+            "expand(), unfold() or memory that overlaps itself; this is not supported. Write into "
+            "a clone() instead."
         )
     # the locations written: where ``dest``'s and ``root``'s functional values lie (see
     # :func:`_value_geometry`); ``geometry`` stays eager's for eager's overlap checks
