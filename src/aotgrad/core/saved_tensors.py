@@ -23,7 +23,7 @@ import contextlib
 import functools
 import re
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,9 +78,33 @@ class EagerSavedTensors:
 
 
 @functools.cache
-def _saved_attribute_names(node_type: type) -> tuple[str, ...]:
-    """The attributes through which a C++ autograd node of this type unpacks what it saved."""
-    return tuple(a for a in dir(node_type) if a.startswith("_saved_"))
+def _saved_attribute_names(node_type: type) -> tuple[tuple[str, str | None], ...]:
+    """The attributes through which a C++ autograd node of this type unpacks what it saved,
+    each with the attribute reading the same saved tensors without unpacking them
+    (``_raw_saved_result``: ``SavedTensor`` objects), None where there is none (no tensor)."""
+    names = dir(node_type)
+    return tuple((a, "_raw" + a if "_raw" + a in names else None) for a in names if a.startswith("_saved_"))
+
+
+def _unpacks_unwitnessed(raw: Any, witnessed: Container[StorageWeakRef]) -> bool:
+    """Each saved tensor behind ``raw`` (a ``SavedTensor`` or a list of them) would unpack
+    without error to a tensor of a storage outside ``witnessed``, known without unpacking it:
+    unpacking a saved *output* makes a new tensor, a detach that runs through the analysis's
+    Python modes (~0.2 ms each). Its data is held (not freed by a backward) and packed by no
+    saved-tensor hooks (whose unpack hook may return anything), and it is at version 0: never
+    changed (the analysis only moves version counters forward), so neither the version check
+    nor the refusal of a view whose base changed can raise. A saved tensor so decided would
+    be skipped by :func:`find_eager_saved` anyway: nothing the caller holds can change it.
+    False where in doubt (then it is unpacked)."""
+    for saved in raw if isinstance(raw, (tuple, list)) else (raw,):
+        if getattr(saved, "unpack_hook", True) is not None:
+            return False
+        data = getattr(saved, "data", None)
+        if not isinstance(data, torch.Tensor) or data._version != 0:
+            return False
+        if StorageWeakRef(data.untyped_storage()) in witnessed:
+            return False
+    return True
 
 
 #: eager's error unpacking a saved tensor that was a non-leaf input of its node and has since
@@ -180,16 +204,22 @@ def _wrapped_saved(node: Any) -> Iterable[tuple[Any, BaseException | None, str |
             yield t, None, description
 
 
-def _saved_values(node: Any) -> Iterable[tuple[Any, BaseException | None, str | None]]:
+def _saved_values(
+    node: Any, witnessed: Container[StorageWeakRef] | None = None
+) -> Iterable[tuple[Any, BaseException | None, str | None]]:
     """``(saved value, None, eager's description or None)`` per tensor ``node`` saved, or
     ``(None, error, None)`` where eager's unpacking raises (the tensor changed since it was
-    saved); also those of the node a ``CopySlices`` wraps (:func:`saving_through_view`)."""
+    saved); also those of the node a ``CopySlices`` wraps (:func:`saving_through_view`).
+    Where ``witnessed`` is given, saved tensors that unpack without error to a storage
+    outside it may be left out (:func:`_unpacks_unwitnessed`)."""
     yield from _wrapped_saved(node)
     if isinstance(node, torch.autograd.function.BackwardCFunction):
-        names: tuple[str, ...] = ("saved_tensors",)
+        names: tuple[tuple[str, str | None], ...] = (("saved_tensors", None),)
     else:
         names = _saved_attribute_names(type(node))
-    for name in names:
+    for name, raw_name in names:
+        if witnessed is not None and raw_name is not None and _unpacks_unwitnessed(getattr(node, raw_name), witnessed):
+            continue  # (find_eager_saved would skip it)
         try:
             value = getattr(node, name)
         except RuntimeError as exc:
@@ -278,7 +308,7 @@ def find_eager_saved(
     for node, positions in reached.items():
         if (noted := _noted_error(node)) is not None:
             entries.append((node._sequence_nr(), EagerSavedTensor("", noted, -1, frozenset(positions))))
-        for value, error, described in _saved_values(node):
+        for value, error, described in _saved_values(node, witness_of):
             if any(
                 node._sequence_nr() < at and (
                     value is graph_inputs[i] if error is None
