@@ -34,6 +34,7 @@ from .eager_rewrites import _INPLACE_DUNDERS, EagerRewrites
 from .layout import takes_eager_layout
 from .effects import effects_as_ordered_nodes
 from .metadata import InputInfo, LeafSlot, OutputInfo, OutputType, ViewAndMutationMetadata
+from .op_args import tree_leaves
 from .overlapping_writes import NoLossyReplays
 from .saved_tensors import find_eager_saved, saving_through_view
 from .signature import GraphSignature
@@ -404,7 +405,7 @@ class _EagerChecks(TorchFunctionMode):
             k = self.input_index.get(id(written._base))
         if k not in self.detached_inputs:
             return
-        operands = pytree.tree_leaves((args[1:] if written is args[0] else args, kwargs))
+        operands = tree_leaves((args[1:] if written is args[0] else args, kwargs))
         if any(isinstance(t, torch.Tensor) and t is not written and t.requires_grad for t in operands):
             raise AotgradCompileError(
                 f"aotgrad: in-place {name} at {current_user_line()} writes an operand that requires grad "
@@ -429,7 +430,7 @@ class _EagerChecks(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         uses = self._leaf_uses(args) if torch.is_grad_enabled() and self.leaf_inputs else ()
         out = self._checked_call(func, types, args, kwargs)
-        if uses and any(isinstance(o, torch.Tensor) and o.grad_fn is not None for o in pytree.tree_leaves(out)):
+        if uses and any(isinstance(o, torch.Tensor) and o.grad_fn is not None for o in tree_leaves(out)):
             # autograd recorded the op: its node has an edge to each input's AccumulateGrad
             for i, geometry in uses:
                 self.leaf_use_geometries.setdefault(i, {}).setdefault(repr(geometry), (geometry, current_user_line()))
@@ -498,7 +499,7 @@ class _EagerChecks(TorchFunctionMode):
             # (whether a write into its storage afterwards is exact: EagerViewGeometry decides)
         # (writes through memory that overlaps itself are rewritten or refused before they
         # get here: core/overlapping_writes.py, through EagerRewrites)
-        for t in pytree.tree_leaves((args, kwargs)):
+        for t in tree_leaves((args, kwargs)):
             if (
                 isinstance(t, torch.Tensor)
                 and not isinstance(t, (FakeTensor, FunctionalTensor))

@@ -62,7 +62,6 @@ from typing import Any, Callable
 
 import torch
 import torch._C._functionalization as functionalization
-import torch.utils._pytree as pytree
 from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch._subclasses.functional_tensor import FunctionalTensor, disable_functional_mode
 from torch.fx.experimental.symbolic_shapes import statically_known_true
@@ -71,6 +70,7 @@ from torch.overrides import TorchFunctionMode
 
 from ..errors import AotgradCompileError, current_user_line
 from .kernel_checks import raise_eager_dtype_error
+from .op_args import tree_leaves
 from .overlapping_writes import chain_overlaps, has_lossy_step, overlapping_write
 from .view_geometry import as_strided_geometry, rebased_root, restride_drops_gradient
 
@@ -187,7 +187,7 @@ class EagerRewrites(TorchFunctionMode):
             root = next((r for v, r in pending if v is source), None)
             if root is None:
                 return
-            for t in pytree.tree_leaves(out):
+            for t in tree_leaves(out):
                 if (
                     type(t) is FunctionalTensor and t is not source and t._base is not None
                     and StorageWeakRef(t.untyped_storage()) == StorageWeakRef(source.untyped_storage())
@@ -249,7 +249,7 @@ class EagerRewrites(TorchFunctionMode):
         ``source``, for :func:`~aotgrad.core.overlapping_writes.write_root` to reach the
         storage's root through it."""
         with torch._C.DisableTorchFunction():
-            for t in pytree.tree_leaves(out):
+            for t in tree_leaves(out):
                 if (
                     type(t) is FunctionalTensor and t is not source and t._base is None
                     and functionalization.get_view_meta_sequence(t.elem)
@@ -280,7 +280,7 @@ class EagerRewrites(TorchFunctionMode):
             if type(base) is not FunctionalTensor or not _as_strided_after_first(dest):
                 return False
             if torch.is_grad_enabled() and any(
-                isinstance(t, torch.Tensor) and t.requires_grad for t in pytree.tree_leaves((args, kwargs))
+                isinstance(t, torch.Tensor) and t.requires_grad for t in tree_leaves((args, kwargs))
             ):
                 return False  # eager's autograd records it: its gradient is not expressed here
         return self.addressed_as_eager is None or self.addressed_as_eager(dest, base)
@@ -292,7 +292,7 @@ class EagerRewrites(TorchFunctionMode):
         recorded as a functionalization-only view of a temporary its own record."""
         with torch._C.DisableTorchFunction():
             storage = StorageWeakRef(source.untyped_storage())
-            for t in pytree.tree_leaves(out):
+            for t in tree_leaves(out):
                 if type(t) is not FunctionalTensor or t is source:
                     continue
                 if StorageWeakRef(t.untyped_storage()) != storage:
@@ -518,7 +518,7 @@ def _unviewable_out(func, args: tuple, kwargs: dict) -> bool:
     if any(w in name for w in _RANDOM_WORDS) or not _through_view_step(kwargs.get("out")):
         return False
     return not (torch.is_grad_enabled() and any(
-        isinstance(t, torch.Tensor) and t.requires_grad for t in pytree.tree_leaves((args, kwargs))
+        isinstance(t, torch.Tensor) and t.requires_grad for t in tree_leaves((args, kwargs))
     ))
 
 
@@ -531,7 +531,7 @@ def _written(func, args: tuple, kwargs: dict) -> list[FunctionalTensor]:
         name == "__setitem__" or name in _INPLACE_DUNDERS or (name.endswith("_") and not name.endswith("__"))
     ):
         written = args[0]
-    return [t for t in pytree.tree_leaves(written) if type(t) is FunctionalTensor]
+    return [t for t in tree_leaves(written) if type(t) is FunctionalTensor]
 
 
 def _written_root(func, args: tuple, kwargs: dict) -> FunctionalTensor | None:
@@ -697,14 +697,14 @@ def _own_roots(args: tuple, kwargs: dict, out: Any) -> None:
     7008097)."""
     with torch._C.DisableTorchFunction():
         fresh = [
-            t for t in pytree.tree_leaves(out)
+            t for t in tree_leaves(out)
             if type(t) is FunctionalTensor and t._base is None and functionalization.get_view_meta_sequence(t.elem)
         ]
         if not fresh:
             return
         taken = {
             StorageWeakRef(a.untyped_storage())
-            for a in pytree.tree_leaves((args, kwargs)) if type(a) is FunctionalTensor
+            for a in tree_leaves((args, kwargs)) if type(a) is FunctionalTensor
         }
         for t in fresh:
             if StorageWeakRef(t.untyped_storage()) not in taken:

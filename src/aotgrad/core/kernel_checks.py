@@ -41,6 +41,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import _disable_current_modes
 
 from ..errors import AotgradCompileError, current_user_line
+from .op_args import tree_leaves
 from .overlapping_writes import _OVERLAP_ENUMERATION_LIMIT, _span
 from .overlapping_writes import _locations as _element_locations
 
@@ -68,7 +69,7 @@ def raise_eager_dtype_error(func: Any, args: tuple, kwargs: dict) -> None:
     module = getattr(func, "__module__", None) or ""
     if "distributed" in module or "c10d" in module:
         return  # a collective: run on this rank's small tensors alone, it would wait for the others
-    leaves, spec = pytree.tree_flatten((args, kwargs))
+    leaves = tree_leaves((args, kwargs))  # (their structure is needed for the key only)
     with torch._C.DisableTorchFunction():
         tensors = [t for t in leaves if isinstance(t, torch.Tensor)]
         if not any(not t.is_floating_point() and not t.is_complex() for t in tensors):
@@ -78,6 +79,7 @@ def raise_eager_dtype_error(func: Any, args: tuple, kwargs: dict) -> None:
         if any(isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)) for v in leaves):
             return
         sizes = {id(t): [0 if type(n) is int and n == 0 else 1 for n in t.shape] for t in tensors}
+    leaves, spec = pytree.tree_flatten((args, kwargs))
     key = _small_run_key(func, spec, leaves, sizes)
     error = _SMALL_RUNS.get(key) if key is not None else None
     if error is None:

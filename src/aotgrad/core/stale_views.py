@@ -33,6 +33,7 @@ from torch._subclasses.functional_tensor import FunctionalTensor
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import _disable_current_modes
 
+from .op_args import tree_leaves
 from .saved_tensors import note_saved_by_stand_in, saving_into_copy
 
 __all__ = ["StaleViewUses", "same_addressing", "writes_through_source"]
@@ -189,7 +190,7 @@ class StaleViewUses(TorchFunctionMode):
         if not torch.is_grad_enabled() or name in _NOT_RECORDED or not args:
             return []
         source = args[0]
-        leaves = pytree.tree_leaves((args, {k: v for k, v in kwargs.items() if k != "out"}))
+        leaves = tree_leaves((args, {k: v for k, v in kwargs.items() if k != "out"}))
         targets: list[torch.Tensor] = []
         self.replayed = set()
         self.written = set()

@@ -47,13 +47,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.utils._pytree as pytree
 from torch._subclasses.functional_tensor import FunctionalTensor
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.overrides import TorchFunctionMode
 
 from ..errors import AotgradCompileError, current_user_line
 from .metadata import InputInfo
+from .op_args import tree_leaves
 from .saved_tensors import _saved_values
 
 __all__ = ["UnsafeSplits"]
@@ -102,7 +102,7 @@ def _storage(t: FunctionalTensor) -> StorageWeakRef:
 
 
 def _storages(values: Any) -> list[StorageWeakRef]:
-    return [_storage(t) for t in pytree.tree_leaves(values) if type(t) is FunctionalTensor]
+    return [_storage(t) for t in tree_leaves(values) if type(t) is FunctionalTensor]
 
 
 class UnsafeSplits(TorchFunctionMode):
@@ -143,7 +143,7 @@ class UnsafeSplits(TorchFunctionMode):
     def _note(self, name: str, args: tuple, kwargs: dict, out: Any) -> None:
         """Record the op's input and outputs (functional tensors only)."""
         source = args[0] if args else kwargs.get("input", kwargs.get("self"))
-        outputs = [t for t in pytree.tree_leaves(out) if type(t) is FunctionalTensor]
+        outputs = [t for t in tree_leaves(out) if type(t) is FunctionalTensor]
         if type(source) is not FunctionalTensor or not outputs:
             return
         op = _UnsafeOp(name, current_user_line(), _storage(source))

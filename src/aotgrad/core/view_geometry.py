@@ -23,7 +23,6 @@ from typing import Any, NamedTuple
 
 import torch
 import torch._C._functionalization as functionalization
-import torch.utils._pytree as pytree
 from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch._subclasses.functional_tensor import FunctionalTensor
 from torch.multiprocessing.reductions import StorageWeakRef
@@ -32,6 +31,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from ..errors import AotgradCompileError, current_user_frame, current_user_line, describe_frame
 from .kernel_checks import raise_eager_overlap_error
+from .op_args import tree_leaves
 from .overlapping_writes import _location_set
 from .stale_views import StaleViewUses, same_addressing, writes_through_source
 
@@ -672,7 +672,7 @@ class EagerViewGeometry(TorchFunctionMode):
         if entry is None or entry[0] is not source or source._base is None:
             return
         if not torch.is_grad_enabled() or not any(
-            isinstance(t, torch.Tensor) and t.requires_grad for t in pytree.tree_leaves((args, kwargs))
+            isinstance(t, torch.Tensor) and t.requires_grad for t in tree_leaves((args, kwargs))
         ):
             return
         # (where autograd's replay of the view's chain on the base's new geometry still names
@@ -695,15 +695,15 @@ class EagerViewGeometry(TorchFunctionMode):
         ``as_strided``). The gradient would reach other elements, or have another shape."""
         if not torch.is_grad_enabled() or name == "__get__":
             return
-        if name != "__setitem__" and not any(isinstance(r, torch.Tensor) for r in pytree.tree_leaves(out)):
+        if name != "__setitem__" and not any(isinstance(r, torch.Tensor) for r in tree_leaves(out)):
             return  # reads metadata (size(), stride()): autograd records nothing
         source = args[0] if args else None
         writes = isinstance(source, FunctionalTensor) and name not in _METADATA_INPLACE and (
             name == "__setitem__" or (out is source and name.endswith("_") and not name.endswith("__"))
         )
-        if writes and not any(isinstance(t, torch.Tensor) and t.requires_grad for t in pytree.tree_leaves((args, kwargs))):
+        if writes and not any(isinstance(t, torch.Tensor) and t.requires_grad for t in tree_leaves((args, kwargs))):
             writes = False
-        for t in pytree.tree_leaves((args, kwargs)):
+        for t in tree_leaves((args, kwargs)):
             if not isinstance(t, FunctionalTensor) or t._base is None or not t.requires_grad:
                 continue
             written = writes and t is source
@@ -1248,7 +1248,7 @@ def _shadow_args(name: str, args: tuple, kwargs: dict) -> tuple | None:
     if name in _SHAPED_LIKE and len(rest) == 1 and isinstance(rest[0], torch.Tensor) and not kwargs:
         with _outside_tracing():  # only the other tensor's shape matters
             return (torch.empty(tuple(rest[0].shape), dtype=rest[0].dtype, device="meta"),)
-    if any(isinstance(a, torch.Tensor) for a in pytree.tree_leaves((rest, kwargs))):
+    if any(isinstance(a, torch.Tensor) for a in tree_leaves((rest, kwargs))):
         return None
     return rest
 
