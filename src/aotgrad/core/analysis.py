@@ -211,6 +211,31 @@ def _maybe_nonzero(n: Any) -> bool:
     return not (type(n) is int and n == 0)
 
 
+class _SyncedFunctionalTensorMode(NoLossyReplays):
+    """Functionalization (refusing lossy replays, :class:`NoLossyReplays`) that brings each
+    functional argument of an op up to date
+    (``torch._sync``: regenerated off its base's current value) before the op runs, as
+    torch's ``FunctionalTensorMode`` does only while a proxy mode traces
+    (``_sync_view_replay_annotations``, which it keeps there).
+
+    A view op does not sync its input: the view's sizes and strides are taken off the input's
+    current functional value. After an in-place op through a view ``v``, that value is the
+    out-of-place op's result (``masked_fill`` makes it contiguous) until ``v`` is regenerated
+    off its base's new value, which ``eager_rewrites._keeping_layout`` lays out as eager's;
+    a view of ``v`` taken in between had strides that neither eager's tensor nor the trace's
+    have, so the analysis decided ``reshape``/``flatten``/``contiguous`` of it otherwise than
+    both (a ``reshape`` that copies in eager became an output rebuilt as a view of the
+    input: fuzz seed 14003992)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        tracing = torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.PROXY) is not None
+        if not tracing and func not in FunctionalTensor.metadata_fns:
+            for a in pytree.tree_leaves((args, kwargs)):
+                if isinstance(a, FunctionalTensor):
+                    torch._sync(a)
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
+
 class _EagerChecks(TorchFunctionMode):
     """Checks, at the user's call sites, what the functional run cannot see by itself.
 
@@ -561,7 +586,7 @@ def analyze(
     Raises :class:`AotgradCompileError` (naming the user's line) when the program cannot be
     run on fake tensors, e.g. data-dependent control flow.
     """
-    mode = NoLossyReplays()
+    mode = _SyncedFunctionalTensorMode()
     with fake_mode, mode:
         f_inputs = [to_functional(t) for t in fake_inputs]
     grad_fns_before = [getattr(f, "grad_fn", None) for f in f_inputs]
