@@ -161,3 +161,53 @@ def f(a, c):
         modes=['grad', 'no_grad'],
         seed=1,
     )
+
+
+@pytest.mark.parametrize("aliased", [False, True], ids=["lone", "aliased"])
+@pytest.mark.parametrize("write", ["masked_fill_", "mul_", "index_fill_"])
+@pytest.mark.parametrize("view", ["c[:, ::2]", "c", "c.transpose(0, 1)"])
+def test_view_error_of_written_view_of_step_sliced_input(view: str, write: str, aliased: bool) -> None:
+    """An input sliced with a step, written through a view: functionalization's value is
+    laid out densely (``eager_rewrites._keeping_layout``), eager's keeps the gaps, so
+    ``view(-1)`` raises eager's error from the eager layout (``view_geometry.
+    _raise_eager_view_error``), also once the written view is synced off the dense base."""
+    check_case(
+        source=_source(view, WRITES[write], "t0", "t1.view(-1)", no_grad_write=False),
+        inputs={
+            "bases": [{"shape": [2, 4, 6], "dtype": "float32", "rg": False}] * (1 if aliased else 2),
+            "args": [{"kind": "tensor", "base": 0 if aliased else 1, "expr": "x[0, 0]"}, {"kind": "tensor", "base": 0, "expr": "x[:, ::2, ::2]"}],
+        },
+        modes=["grad", "no_grad"],
+        seed=1,
+    )
+
+
+#: inputs with gaps or offsets (expressions on a [2, 4, 6] base), which an in-place op lays
+#: out densely in functionalization
+GAPPED_INPUTS = {
+    "step": "x[:, ::2, ::2]",
+    "offset": "x[1:, 1:, :3]",
+    "transposed": "x[:, :3, :3].transpose(1, 2)",
+    "permuted": "x[:, :3, :3].permute(2, 0, 1)",
+}
+
+
+@pytest.mark.parametrize("aliased", [False, True], ids=["lone", "aliased"])
+@pytest.mark.parametrize("later", ["t0.narrow(1, 0, 2)", "t0.select(0, 0)"])
+@pytest.mark.parametrize("write", ["masked_fill_", "mul_", "index_fill_"])
+@pytest.mark.parametrize("view", ["c", "c.transpose(0, 1)", "c[:, ::2]"])
+@pytest.mark.parametrize("layout", sorted(GAPPED_INPUTS))
+def test_reshape_of_written_gapped_input(layout: str, view: str, write: str, later: str, aliased: bool) -> None:
+    """``reshape``/``contiguous`` of (a view of) a written input with gaps: where
+    functionalization's dense layout would view where eager copies (or the other way round),
+    the input is traced over a synthetic base (``view_geometry._check_layout_decision``):
+    rows in eager's order, eager's strides."""
+    check_case(
+        source=_source(view, WRITES[write], later, "t1.reshape(-1), t1.contiguous()", no_grad_write=False),
+        inputs={
+            "bases": [{"shape": [2, 4, 6], "dtype": "float32", "rg": False}] * (1 if aliased else 2),
+            "args": [{"kind": "tensor", "base": 0 if aliased else 1, "expr": "x[0, 0]"}, {"kind": "tensor", "base": 0, "expr": GAPPED_INPUTS[layout]}],
+        },
+        modes=["grad", "no_grad"],
+        seed=1,
+    )

@@ -79,6 +79,10 @@ _STORAGE_ADDRESSING = frozenset({"as_strided", "as_strided_"})
 _SHAPED_LIKE = frozenset({"view_as", "expand_as", "reshape_as"})
 #: in-place ops after which a shadow cannot follow (storage swapped or resized)
 _UNSHADOWABLE = frozenset({"resize_", "resize_as_", "set_"})
+#: ops that view or copy as the input's strides allow (``EagerViewGeometry._check_layout_decision``)
+_LAYOUT_DECIDED = frozenset({"reshape", "reshape_as", "flatten", "contiguous"})
+#: view ops that raise unless the new shape fits the input's strides
+_VIEWS_BY_STRIDES = frozenset({"view", "view_as"})
 
 
 def _geometry(t: torch.Tensor) -> Geometry:
@@ -936,6 +940,8 @@ class EagerViewGeometry(TorchFunctionMode):
                 self._refuse_unreplayable_view(_name_of(func), args, kwargs, out)
             return out
         name = getattr(func, "__name__", "")
+        if name in _VIEWS_BY_STRIDES:
+            _raise_eager_view_error(name, args, kwargs, shadow)
         call_args = args
         if name in _STORAGE_ADDRESSING and (_relaid_out(args[0], shadow)):
             call_args = self._as_strided_of_merged_input(name, args, kwargs)
@@ -958,11 +964,48 @@ class EagerViewGeometry(TorchFunctionMode):
         out = func(*call_args, **kwargs)
         with torch._C.DisableTorchFunction():  # the attribute reads below are no program ops
             self._follow(func, name, args, kwargs, shadow, out)
+            self._check_layout_decision(name, args, kwargs, shadow, out)
             self._note_roots(func, out)
             self._note_versions(args, out)
             self._refuse_write_through_outdated_view(name, args, kwargs, out)
             self._refuse_unreplayable_view(name, args, kwargs, out)
         return out
+
+    def _check_layout_decision(self, name: str, args: tuple, kwargs: dict, shadow: torch.Tensor, out: Any) -> None:
+        """``reshape``/``flatten``/``contiguous`` (``name``) of ``args[0]`` choose
+        between a view and a copy, and the view's strides, by ``args[0]``'s strides, which
+        are functionalization's: not eager's where an in-place op laid an input sliced with a
+        step (or a view of one) out densely (``eager_rewrites._keeping_layout``). Where the
+        result (``out``) is a view and eager's (the op on ``shadow``) a copy, or the other way
+        round, or both views of other strides, the input's storage is left to the run over a
+        synthetic base for it (``restrided_partial_storages``: the whole storage, laid out as
+        eager's), where this run's values are not used; where no such run follows, refused."""
+        if name not in _LAYOUT_DECIDED or not isinstance(out, FunctionalTensor):
+            return
+        rest = _shadow_args(name, args, kwargs)
+        if rest is None:
+            return
+        try:
+            with _outside_tracing():
+                eager_out = getattr(torch.Tensor, name)(shadow, *rest, **kwargs)
+        except RuntimeError:
+            return  # (the op raises itself)
+        eager_view = eager_out.untyped_storage()._cdata == shadow.untyped_storage()._cdata
+        functional_view = out is args[0] or _is_alias(out, args[0])
+        if eager_view == functional_view and not (
+            eager_view and not _same_static_layout(_geometry(out), _geometry(eager_out))
+        ):
+            return
+        storage = StorageWeakRef(args[0].untyped_storage())
+        if storage in self.partial_input_storages:
+            self.restrided_partial_storages.add(storage)
+            return
+        raise AotgradCompileError(
+            f"aotgrad: {name} at {current_user_line()} of a tensor that functionalization lays "
+            "out otherwise than eager (an input sliced with a step, or a view of one, after an "
+            "in-place op on it): it would " + ("view" if functional_view else "copy") + " where eager "
+            + ("views" if eager_view else "copies") + ". Call clone() on the input before the in-place op."
+        )
 
     def _note_roots(self, func, out: Any) -> None:
         """Shadow the fresh tensors (no views, no inputs) ``func`` returned: at creation
@@ -1236,6 +1279,36 @@ def _scatters_into(root: FunctionalTensor) -> bool:
     torch._sync(root)
     value = torch._from_functional_tensor(root.elem)
     return value.is_contiguous() or not value.requires_grad
+
+
+def _same_static_layout(a: Geometry, b: Geometry) -> bool:
+    """Two geometries have the same sizes, and the same strides in dims of size > 1 (those of
+    size 1 name no other element); symbolic ones count as the same (the shape environment is
+    not asked: no guard is added)."""
+    values = (*a[0], *a[1], *b[0], *b[1])
+    if any(type(v) is not int for v in values):
+        return True
+    if tuple(a[0]) != tuple(b[0]):
+        return False
+    return all(x == y for n, x, y in zip(a[0], a[1], b[1]) if n > 1)
+
+
+def _raise_eager_view_error(name: str, args: tuple, kwargs: dict, shadow: torch.Tensor) -> None:
+    """Raise eager's error for ``view``/``view_as`` (``name``) of ``args[0]``, shadowed by
+    ``shadow``, where eager's strides do not allow the view: functionalization's value of
+    ``args[0]`` may be laid out otherwise (an input sliced with a step, or a view of one,
+    whose in-place write ``eager_rewrites._keeping_layout`` lays out densely), and would take
+    the view."""
+    rest = _shadow_args(name, args, kwargs)
+    if rest is None:
+        return
+    try:
+        with _outside_tracing():
+            func = torch.Tensor.view if name == "view" else torch.Tensor.view_as
+            func(shadow, *rest, **kwargs)
+    except RuntimeError as exc:
+        if "view size is not compatible" in str(exc):
+            raise RuntimeError(str(exc)) from None
 
 
 def _shadow_args(name: str, args: tuple, kwargs: dict) -> tuple | None:
