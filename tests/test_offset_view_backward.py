@@ -299,3 +299,86 @@ def test_saved_view_changed_after_relocated_write_raises_as_eager():
         return t0
 
     check(f, lambda: (torch.randn((), requires_grad=True), torch.randn(6)[1:]))
+
+
+# --- a write recording a gradient through an as_strided view reaching outside a sliced
+# input's elements, returned (fuzz seed 18000437): eager's write regenerated the view's
+# grad_fn as one as_strided off the caller's root, whose gradient reaches those elements;
+# rebuilt off the input by its chain, the output's gradient stopped at the input's elements
+
+WRITES_WITH_OPERAND = {
+    "add_": lambda t, w: t.add_(w),
+    "addcmul_": lambda t, w: t.addcmul_(w, w),
+    "mul_": lambda t, w: t.mul_(w),
+    "copy_": lambda t, w: t.copy_(w.expand(t.shape)),
+}
+
+# (the geometry off the input ``b`` = the caller's ``x[1:]``; the first reaches x[0])
+AS_STRIDED_OF_B = {
+    "outside": ((1, 2), (2, 2), 0),
+    "inside": ((1, 2), (1, 1), 1),
+}
+
+RETURNED = {
+    "view": lambda t6: [t6],
+    "view_of_view": lambda t6: [t6[0]],
+    "view_of_view_and_product": lambda t6: [t6[0], t6 * 2],
+}
+
+
+def _write_through_as_strided_of_sliced_input(earlier_write, view_first, geometry, write, grad, returned):
+    def f(a, b):
+        t0 = a.as_strided((1, 1), (3, 1), 0)
+        if view_first:
+            t3 = b[0:1]
+        if earlier_write:
+            b.relu_()
+        if not view_first:
+            t3 = b[0:1]
+        t6 = t3.as_strided(*geometry).permute(0, 1)
+        with torch.set_grad_enabled(grad):
+            write(t6, t0)
+        return returned(t6)
+
+    return f
+
+
+@pytest.mark.parametrize("returned", sorted(RETURNED))
+@pytest.mark.parametrize("grad", [True, False], ids=["grad", "no_grad"])
+@pytest.mark.parametrize("write", sorted(WRITES_WITH_OPERAND))
+@pytest.mark.parametrize("geometry", sorted(AS_STRIDED_OF_B))
+@pytest.mark.parametrize("view_first", [True, False], ids=["view_first", "view_after"])
+@pytest.mark.parametrize("earlier_write", [True, False], ids=["relu_", "no_earlier_write"])
+@pytest.mark.parametrize("root_grad", [False, True], ids=["plain_root", "root_requires_grad"])
+def test_returned_write_through_as_strided_of_sliced_input(
+    request, root_grad, earlier_write, view_first, geometry, write, grad, returned
+):
+    if root_grad and not earlier_write and geometry == "inside" and not grad and returned == "view_of_view_and_product":
+        # (already so before fuzz seed 18000437's fix: the gradient of ``t6 * 2``, t6 stale
+        # after the no_grad write, misses b[1]; not the class fixed here)
+        request.applymarker(pytest.mark.xfail(strict=True, reason="silent: stale as_strided view of a sliced input read with grad, its root requiring grad"))
+    f = _write_through_as_strided_of_sliced_input(
+        earlier_write, view_first, AS_STRIDED_OF_B[geometry], WRITES_WITH_OPERAND[write], grad, RETURNED[returned]
+    )
+
+    def make():
+        x = torch.randn(3, requires_grad=root_grad)
+        return torch.randn(4, 2, 3, requires_grad=True), (x * 1 if root_grad else x)[1:]
+
+    # (where refused: at the write, or at the returned view of it, whose root the traced
+    # program lays out otherwise)
+    _eager_or_refused(f, make, ("write(t6, t0)", f'"{write}": lambda t, w:', f'"{returned}": lambda t6:'))
+
+
+def test_seed_18000437_shape():
+    def f(a, b):
+        t0 = a.as_strided((1, 1), (3, 1), 0)
+        t3 = b[0:1]
+        with torch.set_grad_enabled(True):
+            b.relu_()
+        t5 = t3.as_strided((1, 2), (2, 2), 0)
+        t6 = t5.permute(0, 1)
+        t6.addcmul_(t0, t0)
+        return [t6]
+
+    check(f, lambda: (torch.randn(4, 2, 3, requires_grad=True), torch.randn(3)[1:]))

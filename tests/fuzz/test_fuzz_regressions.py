@@ -3140,3 +3140,35 @@ def f(a, b):
         modes=['grad', 'no_grad'],
         seed=15656,
     )
+
+
+def test_seed_18000437():
+    """A write with an operand requiring grad through an as_strided view (offset 0: outside
+    the sliced input ``b``'s own elements) of a view of ``b``, returned: eager's write
+    regenerates the view's grad_fn as as_strided off the caller's root; the output was
+    rebuilt off ``b`` by its chain, whose as_strided step kept the gradient to ``b``'s
+    elements (an earlier write into ``b`` had hidden the write's refusal in the run over
+    ``b`` alone). EagerViewGeometry.regenerated: OutputInfo.off_root."""
+    check_case(
+        source='''
+def f(a, b, opt):
+    t0 = a.as_strided((1, 1), (3, 1), 0)
+    t1 = a[2:3:2]
+    t3 = b[0:1]
+    with torch.set_grad_enabled(True):
+        b.relu_()
+    t3.t_()
+    t5 = t3.as_strided((1, 2), (2, 2), 0)
+    t6 = t5.permute(0, 1)
+    t6.addcmul_(t0, t0)
+    t7 = t3 * 2
+    t8 = t7.reshape(-1)
+    t9 = t8.unsqueeze(-1)
+    t10 = t1.add(t7, alpha=2)
+    return [t6, t6]
+''',
+        inputs={'bases': [{'shape': [4, 2, 3], 'dtype': 'float32', 'rg': True}, {'shape': [3], 'dtype': 'float32', 'rg': False}, {'shape': [3, 4, 3], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 1, 'expr': 'x[1:]'}, {'kind': 'value', 'value': None}]},
+        post=[],
+        modes=['grad'],
+        seed=437,
+    )

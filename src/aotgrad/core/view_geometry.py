@@ -232,6 +232,11 @@ class EagerViewGeometry(TorchFunctionMode):
         #: id(view) -> (the view, the version its autograd history was recorded at: its
         #: creation, or an in-place op on it that autograd recorded), as eager's attr_version
         self.view_versions: dict[int, tuple[torch.Tensor, int]] = {}
+        #: id(view) -> the view, for the views an in-place op that autograd recorded wrote
+        #: through: eager's autograd regenerated its ``grad_fn`` then, as one
+        #: ``AsStridedBackward0`` off its root (the ``CopySlices`` there), as for a stale view
+        #: (:meth:`regenerated`; fuzz seed 18000437)
+        self.rebased: dict[int, torch.Tensor] = {}
         #: id(view) -> (the view, the user's frame that took it)
         self.view_frames: dict[int, tuple[torch.Tensor, traceback.FrameSummary | None]] = {}
         #: id(view) -> (the view, its as_strided steps taken since the stale view, the user's
@@ -399,11 +404,18 @@ class EagerViewGeometry(TorchFunctionMode):
         entry = self.view_versions.get(id(t))
         return entry is not None and entry[0] is t and entry[1] != t._version
 
+    def regenerated(self, t: torch.Tensor) -> bool:
+        """Eager's ``grad_fn`` of the view ``t`` is one ``AsStridedBackward0`` off its root:
+        ``t`` is stale (:meth:`stale`), or an in-place op that autograd recorded wrote
+        through it (``rebased``), whose ``CopySlices`` is at the root."""
+        return self.stale(t) or self.rebased.get(id(t)) is t
+
     def of_stale(self, t: torch.Tensor) -> bool:
-        """``t`` was stale, or was taken from a stale view (``views_of_stale``): eager's
-        gradient of ``t`` goes through an ``AsStridedBackward0`` off its base."""
+        """``t`` was stale or written through (:meth:`regenerated`), or was taken from such a
+        view (``views_of_stale``): eager's gradient of ``t`` goes through an
+        ``AsStridedBackward0`` off its base."""
         entry = self.views_of_stale.get(id(t))
-        return self.stale(t) or (entry is not None and entry[0] is t)
+        return self.regenerated(t) or (entry is not None and entry[0] is t)
 
     def as_strided_since_stale(self, t: torch.Tensor) -> tuple[int, str, bool]:
         """How many ``as_strided`` steps ``t``'s chain took since the stale view it was taken
@@ -413,7 +425,7 @@ class EagerViewGeometry(TorchFunctionMode):
         through those steps is an ``AsStridedBackward0`` whose input is the stale view's
         geometry, not an ``as_strided`` of ``t``'s off the root."""
         entry = self.views_of_stale.get(id(t))
-        if self.stale(t) or entry is None or entry[0] is not t:
+        if self.regenerated(t) or entry is None or entry[0] is not t:
             return 0, "", False
         return entry[1], entry[2], entry[3]
 
@@ -440,6 +452,7 @@ class EagerViewGeometry(TorchFunctionMode):
                 # mode before recording this op, so its gradient reaches the base again
                 del self.no_grad_steps[id(source)]
             self.view_versions[id(source)] = (source, source._version)
+            self.rebased[id(source)] = source
 
     def _note_versions(self, args: tuple, out: Any) -> None:
         """Record new views' versions; an in-place op autograd records on a view rebases it."""
@@ -458,7 +471,7 @@ class EagerViewGeometry(TorchFunctionMode):
                 ):
                     # the steps since the stale view: none where the source is that view
                     steps, line, unsure = (
-                        (0, "", self._replay_unsure(source)) if self.stale(source)
+                        (0, "", self._replay_unsure(source)) if self.regenerated(source)
                         else self.as_strided_since_stale(source)
                     )
                     chain = functionalization.get_view_meta_sequence(r.elem)
