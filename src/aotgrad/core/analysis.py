@@ -282,6 +282,10 @@ class _EagerChecks(TorchFunctionMode):
         #: change (``as_strided_``, ``resize_``) gave a geometry that may name other elements,
         #: or that are re-laid out again after such a use
         self.readdressed_under_no_grad: set[int] = set()
+        #: of those, the inputs (views in the caller) written under no_grad after that op and
+        #: before such a use: eager's gradient through the regenerated view then reached other
+        #: elements than the trace's (fuzz seed 17018111)
+        self.written_after_no_grad_restride: set[int] = set()
         #: graph inputs whose caller's tensor is an autograd view (eager refuses ``detach_()``)
         self.view_inputs: frozenset[int] = frozenset()
         #: graph inputs requiring grad that the program detaches in place → the user line
@@ -390,7 +394,15 @@ class _EagerChecks(TorchFunctionMode):
                 # changes its geometry under it, which the trace's copy does not reproduce)
                 self.readdressed_under_no_grad.add(i)
             return
-        if not self.restrided_under_no_grad or not torch.is_grad_enabled():
+        if not self.restrided_under_no_grad:
+            return
+        if not torch.is_grad_enabled():
+            if _is_write(name) and name not in _METADATA_INPLACE and name not in _NOT_WRITING_INPLACE and (
+                isinstance(t, FunctionalTensor)
+            ):
+                i = self.input_index.get(id(t), self.input_index.get(id(t._base)))
+                if i in self.restrided_under_no_grad and i not in self.used_after_no_grad_restride:
+                    self.written_after_no_grad_restride.add(i)
             return
         for a in args:
             i = self.input_index.get(id(a)) if isinstance(a, FunctionalTensor) else None
@@ -657,11 +669,14 @@ def analyze(
         # (A permutation of the dims or a size-1 dim change names the same elements: eager's
         # gradient to the base through the new geometry is the one through the entry geometry
         # of what the trace computes, InputInfo.relaid_out_under_no_grad.)
-        if i in checks.used_after_no_grad_restride and fake._base is not None and i in checks.readdressed_under_no_grad:
+        if i in checks.used_after_no_grad_restride and fake._base is not None and (
+            i in checks.readdressed_under_no_grad or i in checks.written_after_no_grad_restride
+        ):
             restride, use = checks.used_after_no_grad_restride[i]
+            written = " (and written in place under no_grad after it)" if i in checks.written_after_no_grad_restride else ""
             raise AotgradCompileError(
                 f"aotgrad: input {i}, a view that requires grad, has its size or stride changed in "
-                f"place under no_grad at {restride} and is then used with grad recording at {use}: "
+                f"place under no_grad at {restride}{written} and is then used with grad recording at {use}: "
                 "eager's autograd then rebuilds the view's history off its base in the new geometry, "
                 "which a gradient for the input itself cannot express. Change the geometry with "
                 "grad recording on, or outside the function."
