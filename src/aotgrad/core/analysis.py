@@ -230,7 +230,7 @@ class _SyncedFunctionalTensorMode(NoLossyReplays):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         tracing = torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.PROXY) is not None
         if not tracing and func not in FunctionalTensor.metadata_fns:
-            for a in pytree.tree_leaves((args, kwargs)):
+            for a in tree_leaves((args, kwargs)):
                 if isinstance(a, FunctionalTensor):
                     torch._sync(a)
         return super().__torch_dispatch__(func, types, args, kwargs)

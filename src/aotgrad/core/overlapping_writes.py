@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -535,8 +536,8 @@ class NoLossyReplays(FunctionalTensorMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        name = func._schema.name.split("::")[-1]
-        if name not in _METADATA_INPLACE and any(has_lossy_step(t) for t in _mutated_functional(func, args, kwargs)):
+        if _written_arguments(func) and any(has_lossy_step(t) for t in _mutated_functional(func, args, kwargs)):
+            name = func._schema.name.split("::")[-1]
             raise AotgradCompileError(
                 f"aotgrad: in-place {name} at {current_user_line()} writes through a view taken "
                 "through an expand() or unfold() (an out= tuple, a _foreach_ op, or a write inside "
@@ -548,13 +549,23 @@ class NoLossyReplays(FunctionalTensorMode):
         return super().__torch_dispatch__(func, types, args, kwargs)
 
 
+@functools.cache
+def _written_arguments(func: Any) -> tuple[tuple[int, str, bool], ...]:
+    """(position, name, kwarg_only) of each argument ``func``'s schema says it writes
+    (``Tensor(a!)``), none for an in-place metadata op; remembered per op overload."""
+    if func._schema.name.split("::")[-1] in _METADATA_INPLACE:
+        return ()
+    return tuple(
+        (k, arg.name, arg.kwarg_only) for k, arg in enumerate(func._schema.arguments)
+        if arg.alias_info is not None and arg.alias_info.is_write
+    )
+
+
 def _mutated_functional(func: Any, args: tuple, kwargs: dict) -> list[FunctionalTensor]:
     """The functional tensors ``func``'s schema says it writes (``Tensor(a!)`` arguments)."""
     found = []
-    for k, arg in enumerate(func._schema.arguments):
-        if arg.alias_info is None or not arg.alias_info.is_write:
-            continue
-        value = kwargs.get(arg.name) if arg.kwarg_only or k >= len(args) else args[k]
+    for k, name, kwarg_only in _written_arguments(func):
+        value = kwargs.get(name) if kwarg_only or k >= len(args) else args[k]
         found += [t for t in pytree.tree_leaves(value) if type(t) is FunctionalTensor]
     return found
 
