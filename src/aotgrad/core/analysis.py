@@ -30,7 +30,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from ..errors import AotgradCompileError, compile_error_from, current_user_line
-from .eager_rewrites import _INPLACE_DUNDERS, EagerRewrites
+from .eager_rewrites import EagerRewrites
 from .layout import takes_eager_layout
 from .effects import effects_as_ordered_nodes
 from .metadata import InputInfo, LeafSlot, OutputInfo, OutputType, ViewAndMutationMetadata
@@ -40,7 +40,7 @@ from .saved_tensors import find_eager_saved, saving_through_view
 from .signature import GraphSignature
 from .subclasses import TensorStructure
 from .symbolic import holds_sym
-from .stale_views import StaleViewUses
+from .stale_views import _INPLACE_DUNDERS, StaleViewUses
 from .unsafe_splits import UnsafeSplits
 from .view_geometry import EagerViewGeometry, Geometry, functional_geometry
 

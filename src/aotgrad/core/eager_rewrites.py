@@ -72,6 +72,7 @@ from ..errors import AotgradCompileError, current_user_line
 from .kernel_checks import raise_eager_dtype_error
 from .op_args import tree_leaves
 from .overlapping_writes import chain_overlaps, has_lossy_step, overlapping_write
+from .stale_views import writes_through_source
 from .view_geometry import as_strided_geometry, rebased_root, restride_drops_gradient
 
 __all__ = ["EagerRewrites", "bernoulli_like"]
@@ -99,16 +100,6 @@ _MASKED_FILL_INPLACE = torch.Tensor.masked_fill_
 _AS_STRIDED = {torch.Tensor.as_strided, torch.as_strided}
 _AS_STRIDED_INPLACE = torch.Tensor.as_strided_
 _DETACH = {torch.Tensor.detach, torch.detach}
-#: in-place ops that change size, stride or storage, and no data: eager changes the layout too
-_METADATA_INPLACE = frozenset(
-    {"t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_", "as_strided_",
-     "resize_", "resize_as_", "set_", "detach_", "requires_grad_", "share_memory_"}
-)
-#: augmented assignments (``t += x``): in-place data ops by another name
-_INPLACE_DUNDERS = frozenset(
-    {"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__",
-     "__ipow__", "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__", "__imatmul__"}
-)
 
 
 class EagerRewrites(TorchFunctionMode):
@@ -203,9 +194,8 @@ class EagerRewrites(TorchFunctionMode):
         if entry is None or entry[0]() is not args[0]:
             return None
         name = getattr(func, "__name__", "")
-        # (``__get__``, a property read such as ``_base`` or ``mT``, ends in "_" too)
-        inplace = name in _INPLACE_DUNDERS or (name.endswith("_") and not name.endswith("__"))
-        if not inplace or name in _METADATA_INPLACE or "out" in kwargs:
+        # (not ``__get__``, a property read such as ``_base`` or ``mT``, which ends in "_" too)
+        if not writes_through_source(name) or "out" in kwargs:
             return None
         if torch.is_grad_enabled() and any(
             isinstance(t, torch.Tensor) and t.requires_grad for t in (*args[1:], *kwargs.values())
@@ -527,9 +517,7 @@ def _written(func, args: tuple, kwargs: dict) -> list[FunctionalTensor]:
     writes into; none for other ops."""
     name = getattr(func, "__name__", "")
     written = kwargs.get("out")
-    if written is None and args and name not in _METADATA_INPLACE and (
-        name == "__setitem__" or name in _INPLACE_DUNDERS or (name.endswith("_") and not name.endswith("__"))
-    ):
+    if written is None and args and writes_through_source(name):
         written = args[0]
     return [t for t in tree_leaves(written) if type(t) is FunctionalTensor]
 
@@ -541,9 +529,9 @@ def _written_root(func, args: tuple, kwargs: dict) -> FunctionalTensor | None:
     out = kwargs.get("out")
     if isinstance(out, torch.Tensor):
         written: Any = out
-    elif name in _METADATA_INPLACE or not args or not isinstance(args[0], torch.Tensor):
+    elif not args or not isinstance(args[0], torch.Tensor):
         return None
-    elif name in _INPLACE_DUNDERS or (name.endswith("_") and not name.endswith("__")):
+    elif writes_through_source(name):
         written = args[0]
     else:
         return None
