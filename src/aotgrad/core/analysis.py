@@ -200,10 +200,11 @@ def _same_static_geometry(geometry: tuple, t: torch.Tensor) -> bool:
 
 
 def _is_write(name: str) -> bool:
-    """An in-place method name: ``add_``, ``__setitem__``, ``__iadd__``..."""
+    """An in-place method name that writes data: ``add_``, ``__setitem__``, ``__iadd__``...
+    (no in-place metadata op, ``t_``, and none of :data:`_NOT_WRITING_INPLACE`)."""
     if name.endswith("__"):  # (not ``__invert__``, ``__index__``, ``__iter__``, ``__get__``)
         return name == "__setitem__" or name in _INPLACE_DUNDERS
-    return name.endswith("_")
+    return name.endswith("_") and name not in _METADATA_INPLACE and name not in _NOT_WRITING_INPLACE
 
 
 def _maybe_nonzero(n: Any) -> bool:
@@ -397,9 +398,7 @@ class _EagerChecks(TorchFunctionMode):
         if not self.restrided_under_no_grad:
             return
         if not torch.is_grad_enabled():
-            if _is_write(name) and name not in _METADATA_INPLACE and name not in _NOT_WRITING_INPLACE and (
-                isinstance(t, FunctionalTensor)
-            ):
+            if _is_write(name) and isinstance(t, FunctionalTensor):
                 i = self.input_index.get(id(t), self.input_index.get(id(t._base)))
                 if i in self.restrided_under_no_grad and i not in self.used_after_no_grad_restride:
                     self.written_after_no_grad_restride.add(i)
@@ -433,7 +432,7 @@ class _EagerChecks(TorchFunctionMode):
         call, so it would end a leaf that does not require grad (fuzz seeds 1007411, 2000502,
         2003658, 2005331)."""
         written = kwargs.get("out")
-        if written is None and _is_write(name) and name not in _METADATA_INPLACE and name not in _NOT_WRITING_INPLACE:
+        if written is None and _is_write(name):
             written = args[0]
         if not isinstance(written, FunctionalTensor):
             return
@@ -557,8 +556,7 @@ class _EagerChecks(TorchFunctionMode):
                     )
         if (
             torch.is_grad_enabled()
-            and _is_write(name) and name != "__setitem__" and name not in _METADATA_INPLACE
-            and name not in _NOT_WRITING_INPLACE
+            and _is_write(name) and name != "__setitem__"
             and args and isinstance(args[0], FunctionalTensor) and args[0]._base is not None
         ):
             # a write through a view autograd records: its node is wrapped in CopySlices
