@@ -15,7 +15,7 @@ import os
 import sys
 import traceback
 from collections.abc import Iterable
-from types import TracebackType
+from types import FrameType, TracebackType
 
 import torch
 
@@ -112,35 +112,35 @@ def current_user_line() -> str:
 
     The frame :func:`_innermost_user_frame` picks from the whole stack (the innermost of the
     highest rank), found walking out from here: only that frame's source line is read."""
-    frame = sys._getframe(0)
-    fallback = None
-    while frame is not None:
-        rank = frame_rank(frame.f_code.co_filename)
-        if rank == 2:
-            break
-        if rank == 1 and fallback is None:
-            fallback = frame
-        frame = frame.f_back
-    chosen = frame if frame is not None else fallback
-    if chosen is None:
+    frame = _current_user_frame()
+    if frame is None:
         return _describe(None)
-    linecache.checkcache(chosen.f_code.co_filename)  # (as traceback.extract_stack does)
-    return _describe(traceback.FrameSummary(chosen.f_code.co_filename, chosen.f_lineno, chosen.f_code.co_name))
+    linecache.checkcache(frame.f_code.co_filename)  # (as traceback.extract_stack does)
+    return _describe(traceback.FrameSummary(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
 
 
 def current_user_frame() -> traceback.FrameSummary | None:
     """The frame :func:`current_user_line` describes, its source line not read yet: cheap
     enough to remember for each op of a trace (:func:`describe_frame` reads it on an error)."""
-    best, best_rank = None, 0
-    frame = sys._getframe(1)
-    while frame is not None:  # innermost first: a tie keeps the inner frame
-        rank = frame_rank(frame.f_code.co_filename)
-        if rank > best_rank:
-            best, best_rank = frame, rank
-        frame = frame.f_back
-    if best is None:
+    frame = _current_user_frame()
+    if frame is None:
         return None
-    return traceback.FrameSummary(best.f_code.co_filename, best.f_lineno, best.f_code.co_name, lookup_line=False)
+    return traceback.FrameSummary(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name, lookup_line=False)
+
+
+def _current_user_frame() -> FrameType | None:
+    """The innermost running frame of the highest rank (:func:`frame_rank`: 2 is the most),
+    walking out from the caller: it stops at the first of rank 2."""
+    frame = sys._getframe(1)
+    fallback = None
+    while frame is not None:
+        rank = frame_rank(frame.f_code.co_filename)
+        if rank == 2:
+            return frame
+        if rank == 1 and fallback is None:
+            fallback = frame
+        frame = frame.f_back
+    return fallback
 
 
 def describe_frame(frame: traceback.FrameSummary | None) -> str:
