@@ -119,11 +119,11 @@ def _storage_copy(base: torch.Tensor) -> torch.Tensor:
     """A fresh tensor, as long as ``base``'s storage reaches, with ``base``'s elements copied
     to their storage offsets (with autograd: the copy's gradient reaches ``base``); the other
     places are zeros (a write through it must stay within ``base``'s elements)."""
+    from .overlapping_writes import _span  # (it imports saved_tensors, not this module)
+
     with torch._C.DisableTorchFunction():
         geometry = _geometry(base)
-    size, stride, offset = geometry
-    extent = offset + sum((n - 1) * st for n, st in zip(size, stride)) + 1 if all(size) else offset + 1
-    storage = torch.zeros(extent, dtype=base.dtype, device=base.device)
+    storage = torch.zeros(_span(geometry)[1] + 1, dtype=base.dtype, device=base.device)
     storage.as_strided(*geometry).copy_(base)
     return storage
 
