@@ -237,6 +237,26 @@ class _SyncedFunctionalTensorMode(NoLossyReplays):
         return super().__torch_dispatch__(func, types, args, kwargs)
 
 
+def _reorders_elements(entry: tuple, now: tuple) -> bool:
+    """Two (size, stride, storage_offset) geometries may order their elements otherwise:
+    they differ in more than dims of size 1. Symbolic values count as equal only where they
+    are the same expression (no guard is added); unsure is True."""
+
+    def same(x: Any, y: Any) -> bool:
+        if isinstance(x, torch.SymInt) and isinstance(y, torch.SymInt):
+            return x.node.expr == y.node.expr
+        return type(x) is int and type(y) is int and x == y
+
+    def kept(geometry: tuple) -> list:
+        return [(n, st) for n, st in zip(geometry[0], geometry[1]) if not (type(n) is int and n == 1)]
+
+    a, b = kept(entry), kept(now)
+    return not (
+        same(entry[2], now[2]) and len(a) == len(b)
+        and all(same(n, m) and same(s, t) for (n, s), (m, t) in zip(a, b))
+    )
+
+
 class _EagerChecks(TorchFunctionMode):
     """Checks, at the user's call sites, what the functional run cannot see by itself.
 
@@ -410,6 +430,22 @@ class _EagerChecks(TorchFunctionMode):
             entry, line = self.restrided_under_no_grad[i]
             if (tuple(a.shape), tuple(a.stride()), a.storage_offset()) != entry:
                 self.used_after_no_grad_restride[i] = (line, current_user_line())
+
+    def note_returned_input(self, i: int, t: FunctionalTensor) -> None:
+        """The program returns input ``i`` (functional tensor ``t``) itself, after an in-place
+        metadata op on it under no_grad and a write autograd recorded: the caller's reads of
+        the output's ``grad_fn`` rebuild its history off its base in the new geometry, as a
+        use with grad recording does inside the program (fuzz seed 19013806: the trace's
+        copy kept the write's history in the entry geometry; the gradient came back
+        transposed). Where the input has no recorded write, its history is the caller's own
+        view, which the runtime re-lays out as eager's is; where the new geometry only adds
+        or drops size-1 dims, it orders the elements as the entry one, and the history in
+        the entry geometry gives eager's gradient."""
+        if i not in self.restrided_under_no_grad or i in self.used_after_no_grad_restride:
+            return
+        entry, line = self.restrided_under_no_grad[i]
+        if _reorders_elements(entry, (tuple(t.shape), tuple(t.stride()), t.storage_offset())):
+            self.used_after_no_grad_restride[i] = (line, "its return as an output")
 
     def _is_leaf(self, func: Any, t: Any) -> bool:
         """``t.is_leaf`` read by the program: refused for an input where the traced program
@@ -664,6 +700,23 @@ def analyze(
                 f"aotgrad: input {i} is detached in place (detach_()/requires_grad_(False)); "
                 "this is not supported. Detach it before the call, or use .detach()."
             )
+        # Autograd saw a data mutation exactly when it gave the input a new grad_fn: one
+        # under no_grad, or through a detach()ed alias, leaves it as it was. An input detached
+        # in place ends without history whatever autograd saw before (see _detaches).
+        visible = data and not under_no_grad and f.grad_fn is not grad_fns_before[i] and i not in checks.detached_inputs
+        if visible and fake._base is not None and any(o is f for o in out_leaves):
+            checks.note_returned_input(i, f)
+        if visible and fake._base is None and i in checks.restrided_under_no_grad and _reorders_elements(
+            checks.restrided_under_no_grad[i][0], geometry.geometry(f)
+        ):
+            raise AotgradCompileError(
+                f"aotgrad: input {i}, which requires grad and is written in place with grad recording, "
+                f"has its dims reordered in place under no_grad at {checks.restrided_under_no_grad[i][1]}: "
+                "eager's autograd then hands the gradient of its new layout to the history of the "
+                "old one element by element (the input is no view, so nothing rebuilds it), which "
+                "the compiled write back cannot reproduce. Reorder the dims with grad recording on, "
+                "or outside the function."
+            )
         # (A permutation of the dims or a size-1 dim change names the same elements: eager's
         # gradient to the base through the new geometry is the one through the entry geometry
         # of what the trace computes, InputInfo.relaid_out_under_no_grad.)
@@ -685,10 +738,6 @@ def analyze(
                 f"{checks.inputs_set_requiring_grad[i]}) and is also changed in place; this is not "
                 "supported. Call requires_grad_() before calling the function, or clone() the input."
             )
-        # Autograd saw a data mutation exactly when it gave the input a new grad_fn: one
-        # under no_grad, or through a detach()ed alias, leaves it as it was. An input detached
-        # in place ends without history whatever autograd saw before (see _detaches).
-        visible = data and not under_no_grad and f.grad_fn is not grad_fns_before[i] and i not in checks.detached_inputs
         input_info.append(
             InputInfo(
                 mutates_data=data,
