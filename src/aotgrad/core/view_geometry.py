@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import math
 import traceback
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
@@ -174,6 +175,27 @@ def restride_drops_gradient(v: FunctionalTensor, args: tuple, kwargs: dict) -> b
     if inside is None or new is None or len(inside) != math.prod(old[0]):
         return True
     return not new <= inside
+
+
+class _PendingRootShadow(NamedTuple):
+    """A root shadow not made yet: what :meth:`EagerViewGeometry._note_roots` read off the
+    fresh tensor when the op made it. The shadow is a function of these alone (a meta
+    tensor, :meth:`make`), so making it when it is first read gives the tensor it would have
+    made at once; most intermediates' shadows are never read (no view of them, no in-place
+    metadata op, no layout question), and making one costs a meta ``empty`` and
+    ``as_strided`` with every mode set aside."""
+
+    numel: int
+    dtype: torch.dtype
+    geometry: Geometry
+    #: whether inference mode was on at the op (the only global state ``make`` depends on:
+    #: under it the meta tensor would be an inference tensor)
+    inference_mode: bool
+
+    def make(self) -> torch.Tensor:
+        with _outside_tracing(), torch.inference_mode(self.inference_mode):
+            storage = torch.empty(self.numel, dtype=self.dtype, device="meta")
+            return storage.as_strided(*self.geometry)
 
 
 class Restrided(NamedTuple):
@@ -375,10 +397,10 @@ class EagerViewGeometry(TorchFunctionMode):
         """``t``'s (size, stride, storage_offset) as eager has it now; the functional one
         where ``t`` is not an input or a view derived from one."""
         shadow = self._shadow(t)
-        if shadow is None:
-            entry = self.roots.get(id(t)) if isinstance(t, FunctionalTensor) else None
-            shadow = entry[1] if entry is not None and entry[0] is t else None
-        return _geometry(shadow if shadow is not None else t)
+        if shadow is not None:
+            return _geometry(shadow)
+        root_geometry = self._root_geometry(t)
+        return root_geometry if root_geometry is not None else _geometry(t)
 
     def known_geometry(self, t: torch.Tensor) -> Geometry | None:
         """``t``'s eager (size, stride, storage_offset) where this run knows it: a shadowed
@@ -394,8 +416,8 @@ class EagerViewGeometry(TorchFunctionMode):
         """``t`` is an intermediate (no view) whose functional value is laid out otherwise than
         eager's tensor (an in-place data op replaced it by an out-of-place op's result, laid
         out as that op chose): the graph's value addresses its elements otherwise."""
-        shadow = self._root_shadow(t)
-        return shadow is not None and not same_addressing(_geometry(shadow), functional_geometry(t))
+        root_geometry = self._root_geometry(t)
+        return root_geometry is not None and not same_addressing(root_geometry, functional_geometry(t))
 
     def stale(self, t: torch.Tensor) -> bool:
         """An in-place op changed ``t``'s storage (through another alias, or under no_grad)
@@ -1040,17 +1062,43 @@ class EagerViewGeometry(TorchFunctionMode):
                 continue
             if isinstance(nbytes, torch.SymInt):
                 continue
-            with _outside_tracing():
-                storage = torch.empty(nbytes // r.element_size(), dtype=r.dtype, device="meta")
-                self.roots[id(r)] = (r, storage.as_strided(*geometry))
+            # (made when first read: _root_entry)
+            self.roots[id(r)] = (r, _PendingRootShadow(
+                nbytes // r.element_size(), r.dtype, geometry, torch.is_inference_mode_enabled()
+            ))
+
+    def _root_entry(self, t: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``roots``' entry of ``t`` (the tensor, its root shadow, made now if it was not
+        yet); None where ``t`` has none. Every read of a root shadow itself goes through
+        here (``_root_geometry`` reads a pending one's geometry without making it)."""
+        entry = self.roots.get(id(t)) if isinstance(t, FunctionalTensor) else None
+        if entry is None or entry[0] is not t:
+            return None
+        if type(entry[1]) is _PendingRootShadow:
+            entry = self.roots[id(t)] = (t, entry[1].make())
+        return entry
 
     def _root_shadow(self, t: Any) -> torch.Tensor | None:
+        entry = self._root_entry(t)
+        return entry[1] if entry is not None else None
+
+    def _has_root_shadow(self, t: Any) -> bool:
+        """``t`` has a root shadow (made or not: none is made here)."""
         entry = self.roots.get(id(t)) if isinstance(t, FunctionalTensor) else None
-        return entry[1] if entry is not None and entry[0] is t else None
+        return entry is not None and entry[0] is t
+
+    def _root_geometry(self, t: Any) -> Geometry | None:
+        """The geometry of ``t``'s root shadow (None: it has none), without making a pending
+        one: the pending geometry is the one its shadow gets (``as_strided`` of it, in
+        bounds of the storage it was read with: a fresh tensor lies within its storage)."""
+        entry = self.roots.get(id(t)) if isinstance(t, FunctionalTensor) else None
+        if entry is None or entry[0] is not t:
+            return None
+        return entry[1].geometry if type(entry[1]) is _PendingRootShadow else _geometry(entry[1])
 
     def _root(self, t: Any) -> torch.Tensor | None:
         """The intermediate ``t`` is (or is a view of) where it has a root shadow."""
-        if self._root_shadow(t) is not None:
+        if self._has_root_shadow(t):
             return t
         entry = self.root_of.get(id(t)) if isinstance(t, FunctionalTensor) else None
         return entry[1] if entry is not None and entry[0] is t else None
@@ -1074,22 +1122,23 @@ class EagerViewGeometry(TorchFunctionMode):
         """Shadow the views of an intermediate (``args[0]``, with a root shadow) that ``func``
         returned, taken off the root shadow (its no_grad prefix is recorded by
         :meth:`_note_no_grad_views`)."""
-        root = self._root_shadow(args[0])
-        if root is None or name in _METADATA_INPLACE or name in _UNSHADOWABLE:
+        if not self._has_root_shadow(args[0]) or name in _METADATA_INPLACE or name in _UNSHADOWABLE:
             return
-        self._shadow_views(func, name, args, kwargs, root, out, note_no_grad=False)
+        # (the root shadow is made only where func returned views of args[0] to shadow)
+        self._shadow_views(func, name, args, kwargs, lambda: self._root_shadow(args[0]), out, note_no_grad=False)
 
     def _follow_root(self, func, name: str, args: tuple, kwargs: dict) -> None:
         """Apply an in-place metadata op on an intermediate to its root shadow (data ops keep
         eager's layout); forget the shadow where it cannot follow."""
-        entry = self.roots.get(id(args[0]))
-        if entry is None or entry[0] is not args[0]:
+        if id(args[0]) not in self.roots or self.roots[id(args[0])][0] is not args[0]:
             return
         if name in _UNSHADOWABLE:
             del self.roots[id(args[0])]
             return
         if name not in _METADATA_INPLACE:
             return
+        entry = self._root_entry(args[0])
+        assert entry is not None
         try:
             with _outside_tracing():
                 func(entry[1], *args[1:], **kwargs)
@@ -1112,10 +1161,12 @@ class EagerViewGeometry(TorchFunctionMode):
         self._shadow_views(func, name, args, kwargs, shadow, out, note_no_grad=True)
 
     def _shadow_views(
-        self, func, name: str, args: tuple, kwargs: dict, shadow: torch.Tensor, out: Any, *, note_no_grad: bool
+        self, func, name: str, args: tuple, kwargs: dict, shadow: torch.Tensor | Callable[[], torch.Tensor], out: Any,
+        *, note_no_grad: bool,
     ) -> None:
-        """Shadow the views of ``args[0]`` (shadowed by ``shadow``) that ``func`` returned:
-        ``func`` applied to ``shadow``. ``note_no_grad``: also record their no_grad prefix."""
+        """Shadow the views of ``args[0]`` (shadowed by ``shadow``, or by what ``shadow()``
+        returns, asked only where there are views) that ``func`` returned: ``func`` applied
+        to the shadow. ``note_no_grad``: also record their no_grad prefix."""
         rest = _shadow_args(name, args, kwargs)
         if rest is None:
             return
@@ -1126,6 +1177,8 @@ class EagerViewGeometry(TorchFunctionMode):
         ]
         if not views:
             return
+        if not isinstance(shadow, torch.Tensor):
+            shadow = shadow()
         try:
             with _outside_tracing():
                 if name == "detach":
