@@ -16,6 +16,7 @@ modes: meta tensors hold no data), so a shadow's geometry is eager's at every st
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import math
 import traceback
@@ -315,7 +316,7 @@ class EagerViewGeometry(TorchFunctionMode):
         #: in ``outside_caller_storages`` wherever it lays the tensor out (a write autograd
         #: records through an alias gave the re-strided input another gradient than eager's,
         #: also for an input laid out as its whole storage)
-        self.aliased_caller_storages = {c for c in callers if callers.count(c) > 1}
+        self.aliased_caller_storages = {c for c, n in collections.Counter(callers).items() if n > 1}
         with _disable_current_modes():
             for f, fake in inputs:
                 storage = torch.empty(
