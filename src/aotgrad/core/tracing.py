@@ -891,7 +891,12 @@ def fake_detach(t: torch.Tensor, fake_mode: FakeTensorMode) -> torch.Tensor:
 
 def _keep_node(node: torch.fx.Node) -> bool:
     """Dead nodes that must stay: side effects, and random ops (dropping one would shift
-    the generator's stream against eager's)."""
+    the generator's stream against eager's). ``eliminate_dead_code`` asks it of every node
+    (last first) and erases a node only where it says no and the node has no users left:
+    a node with users is answered at once, without reading its op's schema and tags
+    (``Node.is_impure``)."""
+    if node.users:
+        return True
     target = node.target
     if isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags:
         return True
