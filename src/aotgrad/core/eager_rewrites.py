@@ -55,6 +55,7 @@ eager's own fill, so the traced graph consumes the generator exactly as eager do
 
 from __future__ import annotations
 
+import functools
 import inspect
 import weakref
 
@@ -435,6 +436,28 @@ class EagerRewrites(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+def _signature(func: Callable) -> inspect.Signature | None:
+    """``inspect.signature(func)`` (None where it raises), remembered per function
+    (:func:`_remembered_signature`; an unhashable callable is asked each time): it reads the
+    function's code and defaults anew on each call, and a function's signature does not change."""
+    try:
+        return _remembered_signature(func)
+    except TypeError:  # unhashable
+        return _signature_of(func)
+
+
+@functools.cache
+def _remembered_signature(func: Callable) -> inspect.Signature | None:
+    return _signature_of(func)
+
+
+def _signature_of(func: Callable) -> inspect.Signature | None:
+    try:
+        return inspect.signature(func)
+    except (TypeError, ValueError):
+        return None
+
+
 def _inplace_functional(
     func, args: tuple, kwargs: dict,
 ) -> tuple[FunctionalTensor, Callable[[torch.Tensor], torch.Tensor]] | None:
@@ -446,8 +469,11 @@ def _inplace_functional(
     ``func`` with ``x`` for the input and the call's other arguments); else None."""
     if getattr(func, "__module__", None) != "torch.nn.functional" or func is _FUNCTIONAL_DROPOUT:
         return None
+    signature = _signature(func)
+    if signature is None or "inplace" not in signature.parameters:
+        return None  # (bound.arguments would hold no "inplace")
     try:
-        bound = inspect.signature(func).bind(*args, **kwargs)
+        bound = signature.bind(*args, **kwargs)
     except (TypeError, ValueError):
         return None
     if bound.arguments.get("inplace") is not True:
