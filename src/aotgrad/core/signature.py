@@ -29,6 +29,7 @@ from typing import Any
 import torch
 import torch.fx
 import torch.utils._pytree as pytree
+from torch.fx.immutable_collections import immutable_dict, immutable_list
 
 from .metadata import OutputType, ViewAndMutationMetadata
 
@@ -296,6 +297,34 @@ class GraphSignature:
 
 
 def graph_outputs(gm: torch.fx.GraphModule) -> list[Any]:
-    """The flattened values a graph's output node returns (None kept)."""
+    """The flattened values a graph's output node returns (None kept): pytree's leaves of its
+    arguments, in pytree's order."""
     (out,) = gm.graph.find_nodes(op="output")
-    return pytree.tree_leaves(out.args, is_leaf=lambda x: x is None)
+    leaves: list[Any] = []
+    _output_leaves(out.args, leaves)
+    return leaves
+
+
+#: the sequences an output node's arguments are built of (fx makes lists immutable); pytree
+#: flattens each into its items in order
+_OUTPUT_SEQUENCES = frozenset({tuple, list, immutable_list})
+#: the mappings (fx makes dicts immutable); pytree flattens each into its values in order
+_OUTPUT_MAPPINGS = frozenset({dict, immutable_dict})
+
+
+def _output_leaves(value: Any, leaves: list[Any]) -> None:
+    """Append ``pytree.tree_leaves(value, is_leaf=lambda x: x is None)`` to ``leaves``: the
+    containers above are walked here (a graph's outputs are a few hundred nodes in nested
+    lists, where pytree asks each value's type whether it is a namedtuple); a node or None
+    is a leaf; anything else goes to pytree."""
+    typ = type(value)
+    if typ is torch.fx.Node or value is None:
+        leaves.append(value)
+    elif typ in _OUTPUT_SEQUENCES:
+        for item in value:
+            _output_leaves(item, leaves)
+    elif typ in _OUTPUT_MAPPINGS:
+        for item in value.values():
+            _output_leaves(item, leaves)
+    else:
+        leaves.extend(pytree.tree_leaves(value, is_leaf=lambda x: x is None))
