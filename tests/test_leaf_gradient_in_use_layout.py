@@ -34,6 +34,15 @@ USES = {
     "view then mul": "t1 = a.reshape(-1) * torch.arange(float(a.numel()))",
     "two uses": "t1 = a.sin() + a * 2",
     "select": "t1 = a.select(0, 0) * 3",
+    # uses the op's result does not show (``__setitem__`` returns None) or whose operand is
+    # a keyword argument: the relayout went unseen (fuzz seed 17015249: a (1,) leaf
+    # unsqueezed to (1, 1), then ``t[::2] = a``, got a (1,) gradient, silently; other
+    # relayouts failed to trace where eager runs)
+    "setitem into a slice": "t1 = torch.zeros((3,) + tuple(a.shape)); t1[::2] = a",
+    "setitem of everything": "t1 = torch.zeros(a.shape); t1[...] = a",
+    "keyword input": "t1 = torch.mul(input=a, other=torch.arange(float(a.numel())).reshape(a.shape))",
+    "keyword other": "t1 = torch.add(torch.ones(a.shape), other=a, alpha=2)",
+    "keyword list": "t1 = torch.cat(tensors=[a, torch.ones(a.shape)])",
 }
 
 
@@ -118,3 +127,4 @@ def test_leaf_re_strided_by_as_strided_then_used_is_refused():
     with pytest.raises(aotgrad.AotgradCompileError, match=r"re-strided by as_strided_ .* at .*return a \* 2"):
         aotgrad.aot_function(f, nop)(a)
     assert a.shape == (4,) and a.stride() == (1,)
+

@@ -69,11 +69,31 @@ def _use_before_and_after(a):
     return y, a.tanh(), z
 
 
+def _t_then_keyword_uses(a):
+    """Uses whose operand is a keyword argument (before: unseen, so the joint was traced
+    without the relayout and failed where eager runs)."""
+    with torch.no_grad():
+        a.t_()
+    return torch.mul(input=a, other=2.0), torch.cat(tensors=[a, torch.ones(a.shape)])
+
+
+def _unsqueeze_then_setitem(a):
+    with torch.no_grad():
+        a.unsqueeze_(0)
+    t = torch.zeros((3,) + tuple(a.shape[1:]))
+    t[::2] = a
+    return t
+
+
 @pytest.mark.parametrize(
     "make", [_view_of_non_leaf, _transposed_view_of_non_leaf, _view_of_leaf], ids=["view", "t_view", "leaf_view"]
 )
 @pytest.mark.parametrize(
-    "fn", [_t_then_use, _transpose_then_write, _unsqueeze_then_use, _squeeze_then_use, _use_before_and_after]
+    "fn",
+    [
+        _t_then_use, _transpose_then_write, _unsqueeze_then_use, _squeeze_then_use, _use_before_and_after,
+        _t_then_keyword_uses, _unsqueeze_then_setitem,
+    ],
 )
 def test_relaid_out_under_no_grad_as_eager(fn, make):
     check(fn, make)
@@ -112,11 +132,22 @@ def test_view_relaid_out_then_written_under_no_grad_then_used(relayout, write, l
         aotgrad.aot_function(f, aotgrad.nop)(make())
 
 
-def test_as_strided__under_no_grad_then_used_is_refused():
+@pytest.mark.parametrize(
+    "use",
+    [
+        lambda a: a * 2,
+        # keyword operands: the use went unseen and the gradient reached other elements
+        # than eager's, silently
+        lambda a: torch.mul(input=a, other=2.0),
+        lambda a: torch.cat(tensors=[a, a]),
+    ],
+    ids=["positional", "keyword", "keyword_list"],
+)
+def test_as_strided__under_no_grad_then_used_is_refused(use):
     def f(a):
         with torch.no_grad():
             a.as_strided_((2, 2), (1, 4))
-        return a * 2
+        return use(a)
 
     w = torch.randn(3, 4, requires_grad=True)
     with pytest.raises(aotgrad.AotgradCompileError, match="has its size or stride changed in place under no_grad"):

@@ -402,10 +402,11 @@ class _EagerChecks(TorchFunctionMode):
         base = t._base
         return base is not None and (id(base) in self.leaf_inputs or id(base) in self.leaf_view_inputs)
 
-    def _note_no_grad_restride(self, name: str, args: tuple) -> None:
+    def _note_no_grad_restride(self, name: str, args: tuple, kwargs: dict) -> None:
         """Track an input's in-place metadata op under no_grad and its later uses with grad
-        recording (``restrided_under_no_grad``, ``used_after_no_grad_restride``)."""
-        t = args[0]
+        recording (``restrided_under_no_grad``, ``used_after_no_grad_restride``); a use may
+        pass the input by keyword only (``torch.mul(input=a, other=2)``: no ``args``)."""
+        t = args[0] if args else None
         i = self.input_index.get(id(t))
         if i is not None and name in _METADATA_INPLACE and not torch.is_grad_enabled() and t.requires_grad:
             entry = (tuple(t.shape), tuple(t.stride()), t.storage_offset())
@@ -423,7 +424,7 @@ class _EagerChecks(TorchFunctionMode):
                 if i in self.restrided_under_no_grad and i not in self.used_after_no_grad_restride:
                     self.written_after_no_grad_restride.add(i)
             return
-        for a in args:
+        for a in tree_leaves((args, kwargs)):  # (keyword operands too: torch.cat(tensors=[a]))
             i = self.input_index.get(id(a)) if isinstance(a, FunctionalTensor) else None
             if i is None or i not in self.restrided_under_no_grad or i in self.used_after_no_grad_restride:
                 continue
@@ -486,23 +487,25 @@ class _EagerChecks(TorchFunctionMode):
                 "x.detach() (out of place) inside the function, or detach the input before calling it."
             )
 
-    def _leaf_uses(self, args: tuple) -> list[tuple[int, tuple]]:
+    def _leaf_uses(self, args: tuple, kwargs: dict | None) -> list[tuple[int, tuple]]:
         """(graph input, its (size, stride, storage offset)) of each leaf input requiring
-        grad among ``args`` (or in a list of them): a use autograd records where the op's
-        result gets a grad_fn (``leaf_use_geometries``)."""
+        grad among the op's operands, positional or keyword, nested in lists and tuples
+        (``torch.cat(tensors=[a])``, ``torch.mul(input=a, ...)``): a use autograd records
+        where the op's result gets a grad_fn (``leaf_use_geometries``)."""
         uses = []
-        for a in args:
-            for t in a if isinstance(a, (list, tuple)) else (a,):
-                if isinstance(t, FunctionalTensor) and id(t) in self.leaf_inputs and t.requires_grad:
-                    i = self.input_index.get(id(t))
-                    if i is not None:
-                        uses.append((i, (tuple(t.shape), tuple(t.stride()), t.storage_offset())))
+        for t in tree_leaves((args, kwargs or {})):
+            if isinstance(t, FunctionalTensor) and id(t) in self.leaf_inputs and t.requires_grad:
+                i = self.input_index.get(id(t))
+                if i is not None:
+                    uses.append((i, (tuple(t.shape), tuple(t.stride()), t.storage_offset())))
         return uses
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        uses = self._leaf_uses(args) if torch.is_grad_enabled() and self.leaf_inputs else ()
+        uses = self._leaf_uses(args, kwargs) if torch.is_grad_enabled() and self.leaf_inputs else ()
         out = self._checked_call(func, types, args, kwargs)
-        if uses and any(isinstance(o, torch.Tensor) and o.grad_fn is not None for o in tree_leaves(out)):
+        # ``t[i] = a`` returns None: autograd recorded it where ``t`` got a grad_fn (CopySlices)
+        results = (args[0],) if out is None and getattr(func, "__name__", None) == "__setitem__" else out
+        if uses and any(isinstance(o, torch.Tensor) and o.grad_fn is not None for o in tree_leaves(results)):
             # autograd recorded the op: its node has an edge to each input's AccumulateGrad
             for i, geometry in uses:
                 self.leaf_use_geometries.setdefault(i, {}).setdefault(repr(geometry), (geometry, current_user_line()))
@@ -543,9 +546,9 @@ class _EagerChecks(TorchFunctionMode):
                 self._detaches(i, args[0])
             elif i in self.view_inputs:
                 raise RuntimeError(_DETACH_VIEW)  # eager refuses it on any view
-        if self.input_index and args:
-            self._note_no_grad_restride(name, args)
-            if name in _METADATA_INPLACE and isinstance(args[0], FunctionalTensor):
+        if self.input_index and (args or kwargs):
+            self._note_no_grad_restride(name, args, kwargs)
+            if args and name in _METADATA_INPLACE and isinstance(args[0], FunctionalTensor):
                 k = self.input_index.get(id(args[0]), self.input_index.get(id(args[0]._base)))
                 if k is None:
                     # a detach()ed alias (of a view) of an input: no autograd base, the
