@@ -128,3 +128,63 @@ def test_leaf_re_strided_by_as_strided_then_used_is_refused():
         aotgrad.aot_function(f, nop)(a)
     assert a.shape == (4,) and a.stride() == (1,)
 
+
+#: how the re-laid-out leaf ``a`` sits among inputs that need a synthetic base (two views of
+#: one storage, one written under no_grad)
+BESIDE_SYNTHETIC_BASES = {
+    # ``a`` is a graph input of its own beside the base of ``p`` and ``q``
+    "unmerged": ("def f(a, p, q):\n    with torch.no_grad():\n        q.mul_(2)\n        {op}\n"
+                 "    {use}\n    return t1, p * 1\n",
+                 lambda shape: [{"shape": shape, "dtype": "float64", "rg": True},
+                                {"shape": [3, 4], "dtype": "float32", "rg": True}],
+                 [{"kind": "tensor", "base": 0, "expr": "x"}, {"kind": "tensor", "base": 1, "expr": "x[0]"},
+                  {"kind": "tensor", "base": 1, "expr": "x[1:]"}]),
+    # ``a`` is itself the common base of the merged inputs (``q`` is a view of it)
+    "the base": ("def f(a, q):\n    with torch.no_grad():\n        q.mul_(2)\n        {op}\n"
+                 "    {use}\n    return t1,\n",
+                 lambda shape: [{"shape": shape, "dtype": "float32", "rg": True}],
+                 [{"kind": "tensor", "base": 0, "expr": "x"}, {"kind": "tensor", "base": 0, "expr": "x[0]"}]),
+}
+
+
+@pytest.mark.parametrize("modes", [["grad"], ["no_grad", "grad"]], ids=["grad", "no_grad_then_grad"])
+@pytest.mark.parametrize("use", ["mul by a tensor", "setitem into a slice", "keyword input"])
+@pytest.mark.parametrize("relayout", sorted(RELAYOUTS))
+@pytest.mark.parametrize("where", sorted(BESIDE_SYNTHETIC_BASES))
+def test_leaf_relaid_out_beside_synthetic_bases(where, relayout, use, modes):
+    """With synthetic bases the joint recorded the relayout, but the runtime neither laid the
+    gradient out as at the use nor made the leaf's AccumulateGrad in the use's shape: a
+    square leaf transposed got the transposed gradient, a leaf unsqueezed from (1,) got a
+    (1,) gradient where eager's is (1, 1) (fuzz seed 17015249), silently."""
+    shape, op = RELAYOUTS[relayout]
+    template, bases, args = BESIDE_SYNTHETIC_BASES[where]
+    source = "\n" + template.format(op=op, use=USES[use])
+    case = harness.Case(source=source, inputs={"bases": bases(shape), "args": args}, post=[], modes=modes, seed=2)
+    result = harness.run(case, harness.aotgrad_impl)
+    assert result.ok, result.report()
+
+
+def test_seed_17015249():
+    """The fuzz seed: ``b`` (1,) unsqueezed under no_grad, used by ``t2[::2] = b`` (a use
+    whose result is None), beside inputs merged into a synthetic base."""
+    harness.check_case(
+        source='''
+def f(a, b, c, k):
+    with torch.no_grad():
+        b.unsqueeze_(-2)
+        t0 = torch.ones_like(c)
+        c.clamp_(-0.5, 0.5)
+    t1 = t0.mean(-2)
+    t2 = t1.amax(0)
+    t1.copy_(t2)
+    t2[::2] = b
+    t3 = c.sum(k % c.dim())
+    t4 = t3.narrow(0, 0, min(k, t3.shape[0]))
+    return t2,
+''',
+        inputs={'bases': [{'shape': [1, 4, 1], 'dtype': 'float32', 'rg': True}, {'shape': [1], 'dtype': 'float64', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 1, 'expr': 'x'}, {'kind': 'tensor', 'base': 0, 'expr': 'x.transpose(0, 1)'}, {'kind': 'value', 'value': 3}]},
+        post=[],
+        modes=['grad'],
+        seed=15249,
+        impl=harness.aotgrad_impl,
+    )

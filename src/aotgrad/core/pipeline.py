@@ -639,7 +639,9 @@ def _compile_training(
         saved_inputs_to_clone=facts.saved_inputs_to_clone,
         saved_outputs_unversioned=facts.saved_outputs_unversioned,
         grads_laid_out_as_inputs=_grads_laid_out_as_inputs(md, call.input_aliasing),
-        grads_in_use_layout=() if call.input_aliasing is not None else tuple(
+        # (indexed by graph input, as the backward's gradients are, with synthetic bases too:
+        # the joint records the relayout on whatever graph input has one)
+        grads_in_use_layout=tuple(
             (i, *info.grad_layout_at_use) for i, info in enumerate(md.input_info) if info.grad_layout_at_use
         ),
         grad_tangent_deps=facts.grad_tangent_deps,

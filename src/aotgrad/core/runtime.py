@@ -997,12 +997,18 @@ def _holding_grad_accumulators(run: Callable[[Any], Any], made: tuple[tuple[int,
     built (an input holds its accumulator only weakly)."""
 
     def run_holding(graph_inputs: Any) -> Any:
-        held = [_grad_accumulator(graph_inputs[i], shape) for i, shape in made]
+        held = _grad_accumulators(graph_inputs, made)
         out = run(graph_inputs)
         del held
         return out
 
     return run_holding
+
+
+def _grad_accumulators(graph_inputs: Any, made: tuple[tuple[int, tuple | None], ...]) -> list[Any]:
+    """The AccumulateGrad node of each graph input ``made`` names, made as
+    :func:`_grad_accumulator` makes it; the caller holds the list until the outputs are built."""
+    return [_grad_accumulator(graph_inputs[i], shape) for i, shape in made]
 
 
 def _grad_accumulator(t: torch.Tensor, shape: tuple[int, ...] | None) -> Any:
@@ -1101,12 +1107,16 @@ class CompiledRuntime:
         #: Function, given their values after the forward (see ``LeafSlot``)
         self.leaf_slots = metadata.leaf_slots
 
-        run = self._build_run()
-        made = tuple(
+        #: (graph input, shape or None) of each leaf input whose AccumulateGrad eager's program
+        #: made before changing its shape (``InputInfo.grad_accumulator_made``)
+        self.grad_accumulators_made = tuple(
             (i, info.grad_accumulator_shape) for i, info in enumerate(metadata.input_info) if info.grad_accumulator_made
         )
-        if made and graph_inputs_of is None:  # (synthetic bases: their graph inputs are no leaves)
-            run = _holding_grad_accumulators(run, made)
+        run = self._build_run()
+        if self.grad_accumulators_made and graph_inputs_of is None:
+            # (with synthetic bases run_with_bases makes them off the graph inputs it makes:
+            # an unmerged leaf input, or a leaf that is a merged input's common ._base)
+            run = _holding_grad_accumulators(run, self.grad_accumulators_made)
         if self.training and metadata.eager_saved is not None:
             run = _snapshotting_versions(run, self._calls)
         if self.records_under_no_grad:
@@ -1148,8 +1158,12 @@ class CompiledRuntime:
             return run_symbolic
         if graph_inputs_of is not None:
 
+            made = self.grad_accumulators_made
+
             def run_with_bases(call_inputs: Any) -> Any:
                 graph_inputs = graph_inputs_of(call_inputs)
+                # held until the outputs are built (see _holding_grad_accumulators)
+                held = _grad_accumulators(graph_inputs, made)  # noqa: F841
                 fw_outs = forward(*graph_inputs)
                 apply_writebacks(writebacks, fw_outs, graph_inputs)
                 if separate_families:
