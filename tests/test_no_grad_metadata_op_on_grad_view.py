@@ -97,3 +97,64 @@ def test_permute_of_view_transposed_under_no_grad():
         return t3 * 2, t3
 
     check(f, lambda: (torch.randn(1, requires_grad=True),))
+
+
+#: in-place metadata ops on the program's (2, 2) input under no_grad; "none" changes nothing
+INPUT_METADATA_OPS = {
+    "none": lambda a: None,
+    "transpose_ (no-op)": lambda a: a.transpose_(1, 1),
+    "t_": lambda a: a.t_(),
+    "unsqueeze_": lambda a: a.unsqueeze_(0),
+}
+#: a view of the input taken with grad recording, before that op
+FIRST_VIEWS = {"permute": lambda a: a.permute(1, 0), "slice": lambda a: a[:, :]}
+#: a view of that view taken under no_grad, after the op
+NO_GRAD_VIEWS = {
+    "transpose": lambda t: t.transpose(0, 1),
+    "diagonal": lambda t: t.diagonal(),
+    "select": lambda t: t[0],
+}
+#: a view of the no_grad view taken with grad recording, returned
+LAST_VIEWS = {
+    "split": lambda t: t.split(1, 0)[0],
+    "unsqueeze": lambda t: t.unsqueeze(0),
+    "view": lambda t: t.view(t.shape),
+}
+
+
+@pytest.mark.parametrize("last", sorted(LAST_VIEWS))
+@pytest.mark.parametrize("no_grad_view", sorted(NO_GRAD_VIEWS))
+@pytest.mark.parametrize("first", sorted(FIRST_VIEWS))
+@pytest.mark.parametrize("meta", sorted(INPUT_METADATA_OPS))
+@pytest.mark.parametrize("leaf", [True, False], ids=["leaf", "non_leaf"])
+def test_grad_view_of_no_grad_view_after_input_metadata_op(leaf, meta, first, no_grad_view, last):
+    """A view taken with grad recording of a view made under no_grad, returned: eager's
+    gradient stops at the no_grad view (a leaf to autograd). After an in-place metadata op
+    under no_grad on the input the output's chain is not replayed off the input, and the
+    rebuilt output (``as_strided`` with grad) sent its gradient to the input: wrong values,
+    silently, where the last view was a ``split`` (fuzz seed 23101698), else a backward that
+    raised where eager's runs. Refused at compile time, naming the no_grad view's line;
+    without the metadata op, eager's results."""
+    import aotgrad
+
+    def f(a):
+        t0 = FIRST_VIEWS[first](a)
+        with torch.no_grad():
+            INPUT_METADATA_OPS[meta](a)
+            t1 = NO_GRAD_VIEWS[no_grad_view](t0)
+        return LAST_VIEWS[last](t1), t0
+
+    def inputs():
+        x = torch.randn(2, 2, requires_grad=True)
+        return (x if leaf else x * 1,)
+
+    if meta == "none":
+        check(f, inputs)
+        return
+    eager_out = f(*inputs())  # eager runs
+    assert eager_out[0].requires_grad and eager_out[0].grad_fn is not None
+    (a,) = inputs()
+    before = (a.shape, a.stride(), a.clone())
+    with pytest.raises(aotgrad.AotgradCompileError, match=r"made under no_grad at .*test_no_grad_metadata_op_on_grad_view.py:\d+ in <lambda>: \"\"" + no_grad_view):
+        aotgrad.aot_function(f, aotgrad.nop)(a)
+    assert (a.shape, a.stride()) == before[:2] and torch.equal(a, before[2])

@@ -140,6 +140,38 @@ def _partial_no_grad_steps(view_source: list | None, prefix: int, base: Function
     return k if 0 < k < len(view_source) else 0
 
 
+def _rebuilt_no_grad_steps(
+    view_source: list | None, geometry: EagerViewGeometry, base: FunctionalTensor, view: FunctionalTensor, j: int,
+    off_root: bool = False,
+) -> int:
+    """``OutputInfo.no_grad_steps`` of output ``j``, ``view`` (rebuilt off ``base`` by
+    ``view_source``, or by ``as_strided`` where that is None or ``off_root``). Raises where
+    eager made some steps of its chain under no_grad (``geometry.no_grad_prefix``) and
+    later ones with grad recording, and the rebuilt output cannot replay them so: the
+    chain is not replayed, so it would be one ``as_strided`` with grad, whose gradient
+    reaches ``base`` where eager's stops at the no_grad view (fuzz seed 23101698)."""
+    prefix = geometry.no_grad_prefix(view)
+    steps = _partial_no_grad_steps(None if off_root else view_source, prefix, base, view)
+    if not steps and prefix and view.requires_grad and (off_root or not view_source) and _has_grad_fn(view):
+        raise AotgradCompileError(
+            f"aotgrad: output {j} is a view taken with grad recording of a view made under no_grad "
+            f"at {geometry.no_grad_line(view)}, after an in-place op on the tensor they view: eager's "
+            "gradient stops at the no_grad view, and the output, rebuilt off the input without "
+            "replaying its chain, would send it past. Return a clone(), or take the no_grad view "
+            "with grad recording."
+        )
+    return steps
+
+
+def _has_grad_fn(t: torch.Tensor) -> bool:
+    """``t.grad_fn is not None``; False where reading it raises (a view made under no_grad
+    whose base was written since: ``OutputInfo.invalidated`` rebuilds it so)."""
+    try:
+        return t.grad_fn is not None
+    except RuntimeError:
+        return False
+
+
 def _replayable_on(
     view_metas: list | None, base: torch.Tensor, base_geometry: Geometry, geometry: Geometry, fake_mode: FakeTensorMode
 ) -> list | None:
@@ -942,7 +974,7 @@ def analyze(
                     is_view=o._base is not None,
                     off_root=off_root,
                     view_source=None if off_root else view_source,
-                    no_grad_steps=_partial_no_grad_steps(view_source, geometry.no_grad_prefix(o), f_inputs[i], o),
+                    no_grad_steps=_rebuilt_no_grad_steps(view_source, geometry, f_inputs[i], o, j, off_root),
                     **common,
                 )
             )
@@ -974,7 +1006,7 @@ def analyze(
         view_source = _replayable_on(relative_view_metas(o, base), base, base_geometry, view_geometry, fake_mode)
         output_info.append(OutputInfo(
             kind, base_index=index, view_source=view_source,
-            no_grad_steps=_partial_no_grad_steps(view_source, geometry.no_grad_prefix(o), base, o),
+            no_grad_steps=_rebuilt_no_grad_steps(view_source, geometry, base, o, j),
             **common,
         ))
 

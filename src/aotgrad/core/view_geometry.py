@@ -240,8 +240,9 @@ class EagerViewGeometry(TorchFunctionMode):
         #: id(functional tensor) -> (the tensor, kept so its id stays its own; its shadow)
         self.shadows: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         #: id(view) -> (the view, how many leading steps of its view chain were made under
-        #: no_grad of a base that requires grad: eager's gradient stops there)
-        self.no_grad_steps: dict[int, tuple[torch.Tensor, int]] = {}
+        #: no_grad of a base that requires grad: eager's gradient stops there; the user line
+        #: of the last such step)
+        self.no_grad_steps: dict[int, tuple[torch.Tensor, int, str]] = {}
         #: id(intermediate) -> (the tensor; its root shadow): a tensor an op made (no view),
         #: laid out as eager made it. Eager keeps that layout through in-place data ops,
         #: where functionalization's value takes the layout of the out-of-place op that
@@ -806,6 +807,12 @@ class EagerViewGeometry(TorchFunctionMode):
         entry = self.no_grad_steps.get(id(t))
         return entry[1] if entry is not None and entry[0] is t else 0
 
+    def no_grad_line(self, t: torch.Tensor) -> str:
+        """The user line of the last step of ``t``'s no_grad prefix (:meth:`no_grad_prefix`);
+        "" where it has none."""
+        entry = self.no_grad_steps.get(id(t))
+        return entry[2] if entry is not None and entry[0] is t else ""
+
     def _written_restrided(self, name: str, args: tuple, kwargs: dict) -> tuple[FunctionalTensor | None, list[Restrided]]:
         """The tensor the op ``name`` writes into, and the re-strided views on its storage
         (:meth:`_restride`); ``(None, [])`` for other ops."""
@@ -1200,9 +1207,9 @@ class EagerViewGeometry(TorchFunctionMode):
                 if not note_no_grad:
                     continue
                 if not torch.is_grad_enabled() and args[0].requires_grad:
-                    self.no_grad_steps[id(r)] = (r, len(functionalization.get_view_meta_sequence(r.elem)))
+                    self.no_grad_steps[id(r)] = (r, len(functionalization.get_view_meta_sequence(r.elem)), current_user_line())
                 elif self.no_grad_prefix(args[0]):
-                    self.no_grad_steps[id(r)] = (r, self.no_grad_prefix(args[0]))
+                    self.no_grad_steps[id(r)] = (r, self.no_grad_prefix(args[0]), self.no_grad_line(args[0]))
 
 
     def _note_no_grad_views(self, source: FunctionalTensor, out: Any, name: str) -> None:
@@ -1223,15 +1230,19 @@ class EagerViewGeometry(TorchFunctionMode):
         if out is source:
             # only a metadata op adds a step to the chain (a data op under no_grad adds none)
             if steps < 0 and source._base is not None and name in _METADATA_INPLACE and self.no_grad_prefix(source):
-                self.no_grad_steps[id(source)] = (source, len(functionalization.get_view_meta_sequence(source.elem)))
+                self.no_grad_steps[id(source)] = (
+                    source, len(functionalization.get_view_meta_sequence(source.elem)), current_user_line()
+                )
             return
         for r in out if isinstance(out, (tuple, list)) else (out,):
             if (
                 isinstance(r, FunctionalTensor) and r is not source and r._base is not None
                 and id(r) not in self.no_grad_steps and _is_alias(r, source)
             ):
-                n = len(functionalization.get_view_meta_sequence(r.elem)) if steps < 0 else steps
-                self.no_grad_steps[id(r)] = (r, n)
+                if steps < 0:
+                    self.no_grad_steps[id(r)] = (r, len(functionalization.get_view_meta_sequence(r.elem)), current_user_line())
+                else:
+                    self.no_grad_steps[id(r)] = (r, steps, self.no_grad_line(source))
 
 
 def _name_of(func: Any) -> str:
