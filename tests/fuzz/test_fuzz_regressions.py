@@ -3172,3 +3172,39 @@ def f(a, b, opt):
         modes=['grad'],
         seed=437,
     )
+
+
+@XFAIL("refused at compile time (docs/user-guide.md): t3.zero_() writes, recorded by autograd, through a view of t2, which as_strided_ laid out with a shared element; eager's CopySlices keeps one gradient per shared location and the view's regenerated AsStridedBackward0 divides by the count (was: a silent gradient divergence, base1.grad)")
+def test_seed_19003932():
+    """t2.as_strided_((2, 2), (2, 2), 0) of an intermediate (element 2 at two positions), then
+    writes recorded by autograd through views of it: eager's backward differs from the traced
+    program's over a dense functional value
+    (overlapping_writes._refuse_recorded_write_into_overlapping_base;
+    tests/test_overlapping_base_backward.py)."""
+    check_case(
+        source='''
+def f(a, b, c, k, mode):
+    with torch.set_grad_enabled(True):
+        t0 = b.add(b, alpha=2)
+        t1 = t0.sum(0, keepdim=True)
+        c.sub_(t1, alpha=2)
+    t2 = a.cumsum(1)
+    c.squeeze_(0)
+    t2.as_strided_((2, 2), (2, 2), 0)
+    with torch.set_grad_enabled(True):
+        t2.fill_(0.5)
+        t1.sin_()
+    t3 = t2.narrow(0, 0, min(k, t2.shape[0]))
+    t3.zero_()
+    t4 = t3[:, 0:2]
+    t5 = t4[0:1]
+    t6 = c.detach()
+    t7 = t1.sum(-1, keepdim=True)
+    t5.copy_(t1)
+    return t1, t5, t4
+''',
+        inputs={'bases': [{'shape': [3, 2], 'dtype': 'float32', 'rg': True}, {'shape': [3], 'dtype': 'float64', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 1, 'expr': 'x'}, {'kind': 'tensor', 'base': 1, 'expr': 'x.detach()'}, {'kind': 'value', 'value': 3}, {'kind': 'value', 'value': 'mean'}]},
+        post=[],
+        modes=['grad', 'grad'],
+        seed=3932,
+    )

@@ -705,7 +705,10 @@ def analyze(
             stack.enter_context(mode)
             stack.enter_context(checks)
             stack.enter_context(geometry)
-            stack.enter_context(EagerRewrites(reroot_is_exact=geometry.reroot_is_exact, addressed_as_eager=geometry.addressed_as_eager))
+            stack.enter_context(EagerRewrites(
+                reroot_is_exact=geometry.reroot_is_exact, addressed_as_eager=geometry.addressed_as_eager,
+                copy_slices_layout=geometry.copy_slices_layout,
+            ))
             # (inside all but UnsafeSplits: the other modes see the calls it makes in place of the program's)
             stack.enter_context(geometry.stale_uses)
             # (innermost: it sees the program's own calls, and what each one wrote)

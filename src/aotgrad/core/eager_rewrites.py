@@ -116,6 +116,7 @@ class EagerRewrites(TorchFunctionMode):
     def __init__(
         self, reroot_is_exact: Callable[[FunctionalTensor, list[FunctionalTensor]], bool] | None = None,
         addressed_as_eager: Callable[..., bool] | None = None,
+        copy_slices_layout: Callable[[FunctionalTensor], tuple | None] | None = None,
     ) -> None:
         super().__init__()
         #: the program has used a tensor whose size-1 dims have strides a contiguous tensor
@@ -148,6 +149,10 @@ class EagerRewrites(TorchFunctionMode):
         #: whether the tensors' sizes, strides and offsets are eager's (the analysis's eager
         #: layouts decide); None: the trace after the analysis, which decided so
         self.addressed_as_eager = addressed_as_eager
+        #: eager's layout of the tensor eager's autograd records a write through a view on
+        #: (the analysis's eager layouts decide; ``overlapping_write`` refuses a recorded write
+        #: where it overlaps); None: the trace after the analysis, which decided so
+        self.copy_slices_layout = copy_slices_layout
 
     def _rebase_before_write(self, func, args: tuple, kwargs: dict) -> None:
         """Before a write into a storage with views whose rebase waits (``pending_rebases``),
@@ -398,7 +403,7 @@ class EagerRewrites(TorchFunctionMode):
         else:
             rewritten, out = overlapping_write(
                 func, args, kwargs, self._commit, by_location=self._unrecorded_write_past_as_strided(func, args, kwargs),
-                alias_source=self._alias_source,
+                alias_source=self._alias_source, copy_slices_layout=self.copy_slices_layout,
             )
             if rewritten:
                 return out

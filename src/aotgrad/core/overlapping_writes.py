@@ -63,9 +63,11 @@ without passing here (an ``out=`` tuple, ``_foreach_*_``, an op's internal write
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import enum
 import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -220,6 +222,7 @@ def _written(func: Any, args: tuple, kwargs: dict) -> tuple[str, Any] | None:
 def overlapping_write(
     func: Any, args: tuple, kwargs: dict, commit: Callable[[FunctionalTensor, torch.Tensor], None],
     *, by_location: bool = False, alias_source: Callable[[FunctionalTensor], Any] | None = None,
+    copy_slices_layout: Callable[[FunctionalTensor], tuple | None] | None = None,
 ) -> tuple[bool, Any]:
     """Run the in-place op ``func(*args, **kwargs)`` as a write of its destination's root
     where the destination overlaps itself or is a view through an overlapping step (see the
@@ -232,7 +235,10 @@ def overlapping_write(
     autograd does not record it and that the sizes, strides and offsets are eager's).
     ``alias_source(t)``: the tensor ``t`` is an alias of, where functionalization holds ``t``
     as a view without an autograd base (a ``detach()``, a ``view(dtype)``), else None
-    (:func:`write_root`)."""
+    (:func:`write_root`). ``copy_slices_layout(dest)``: eager's layout of the tensor eager's
+    autograd records the write on, None where that is not ``dest``'s base as traced; the
+    check it serves (:func:`_refuse_recorded_write_into_overlapping_base`) is skipped where
+    None is passed (the trace after the analysis)."""
     written = _written(func, args, kwargs)
     if written is None or type(written[1]) is not FunctionalTensor:
         return False, None
@@ -271,6 +277,10 @@ def overlapping_write(
                 "not express. Write into a clone() instead."
             )
     unrecorded = torch.no_grad() if cut_off else contextlib.nullcontext()
+    base_layout = (
+        None if copy_slices_layout is None
+        else _refuse_recorded_write_into_overlapping_base(name, dest, geometry, args, kwargs, copy_slices_layout)
+    )
     root_geometry = None if root is None else _geometry(root)
     if root_geometry is None:
         raise AotgradCompileError(
@@ -296,7 +306,7 @@ def overlapping_write(
         )
     if name == "__setitem__":
         with unrecorded:
-            return True, _setitem(dest, root, locations, root_locations, args, commit)
+            return True, _setitem(dest, root, locations, root_locations, args, commit, base_layout)
     overlap = overlap_of(geometry[0], geometry[1])
     if name == "fill_" and isinstance(args[1] if len(args) > 1 else kwargs.get("value"), torch.Tensor):
         name = "copy_"  # eager fills from a tensor through copy_: its checks, not fill_'s
@@ -338,11 +348,91 @@ def overlapping_write(
     else:
         result, saved = saving_into_copy(lambda: func(values, *args[1:], **kwargs))
     with unrecorded:
-        _write_locations(root, locations, root_locations, values, writer, commit, geometry)
+        _write_locations(root, locations, root_locations, values, writer, commit, geometry, base_layout)
     _refresh_history(dest)
     # eager's node saved ``dest`` where this one saved ``values``: its version is checked
     note_saved_by_stand_in(saved, values, dest, version, name)
     return True, dest if result is values else result
+
+
+def _refuse_recorded_write_into_overlapping_base(
+    name: str, dest: FunctionalTensor, geometry: tuple, args: tuple, kwargs: dict,
+    copy_slices_layout: Callable[[FunctionalTensor], tuple | None],
+) -> tuple | None:
+    """Eager's layout of ``dest``'s autograd base (``copy_slices_layout(dest)``, eager's
+    ``CopySlices`` base) where autograd records the write (``name``) through the view ``dest``
+    and that layout has elements sharing memory (an ``as_strided_`` of a tensor that is no
+    view); None elsewhere. ``geometry``: eager's of ``dest``. Refuses where eager's gradients
+    are not the traced program's (fuzz seed 19003932).
+
+    Eager's ``CopySlices`` at the base copies the base's incoming gradient into the base's
+    layout (a location shared by several elements keeps one of their gradients, its loop
+    order's) and hands that on to the base's earlier history, which reads each location once
+    per element; the view's regenerated ``grad_fn`` (one ``AsStridedBackward0`` off the base)
+    divides a location's gradient by the number of the base's elements there. The traced
+    program differentiates the functional value, whose elements are apart. The two agree
+    where the base had no history before the write (nothing reads the collapsed gradient)
+    and no location the write goes to is shared (nothing is divided); elsewhere refused.
+    A stride-0 layout is returned, not refused: eager's backward of the write raises
+    (``copy_`` into it), noted on the write's node by :func:`_write_locations`."""
+    with torch._C.DisableTorchFunction():
+        base = dest._base
+        if base is None or not torch.is_grad_enabled():
+            return None
+        if not any(isinstance(t, torch.Tensor) and t.requires_grad for t in pytree.tree_leaves((args, kwargs))):
+            return None  # autograd records nothing: no CopySlices
+        base_layout = copy_slices_layout(dest)
+        base_had_history = base.requires_grad
+    if base_layout is None:
+        return None
+    if any(type(v) is not int for v in (*base_layout[0], *base_layout[1], base_layout[2])):
+        raise AotgradCompileError(
+            f"aotgrad: in-place {name} at {current_user_line()} through memory that may overlap "
+            "itself, with symbolic sizes: the locations written are computed with static ones."
+        )
+    overlap = overlap_of(base_layout[0], base_layout[1])
+    if overlap is Overlap.NONE:
+        return None
+    if overlap is Overlap.STRIDE0:
+        return base_layout
+    shared = _shared_locations(base_layout)
+    written = _location_set(_written_region(name, dest, args) or geometry)
+    if base_had_history or shared is None or written is None or written & shared:
+        raise AotgradCompileError(
+            f"aotgrad: in-place {name} at {current_user_line()} writes, recorded by autograd, "
+            "through a view of a tensor whose elements share memory (as_strided_ laid it out "
+            "so): eager's backward of the write copies the tensor's gradient into that layout, "
+            "keeping one value per shared location, and divides the gradient of a shared "
+            "location the view reaches by the number of elements there; the traced program "
+            "differentiates a tensor whose elements are apart. clone() the tensor after "
+            "as_strided_, or write under no_grad."
+        )
+    return base_layout
+
+
+def _written_region(name: str, dest: FunctionalTensor, args: tuple) -> tuple | None:
+    """Eager's geometry of the part of ``dest`` an item assignment with a basic index writes
+    (``dest[index]``); None for other writes (all of ``dest``) or where symbolic."""
+    if name != "__setitem__" or not _basic_index(args[1]):
+        return None
+    with torch._C.DisableTorchFunction():
+        return _geometry(dest[args[1]])
+
+
+def _shared_locations(geometry) -> set[int] | None:
+    """The memory locations of a static layout that several of its elements share; None
+    where it is too large to enumerate."""
+    size, stride, offset = geometry
+    if math.prod(size) > _OVERLAP_ENUMERATION_LIMIT:
+        return None
+    counts = collections.Counter([offset])
+    for n, st in zip(size, stride):
+        grown: collections.Counter = collections.Counter()
+        for o, c in counts.items():
+            for k in range(n):
+                grown[o + k * st] += c
+        counts = grown
+    return {o for o, c in counts.items() if c > 1}
 
 
 class _ReachedKernel(Exception):
@@ -377,11 +467,12 @@ def _check_inplace_as_eager(func: Any, args: tuple, kwargs: dict) -> None:
         pass
 
 
-def _setitem(dest, root, locations, root_locations, args: tuple, commit) -> None:
+def _setitem(dest, root, locations, root_locations, args: tuple, commit, base_layout=None) -> None:
     """``dest[index] = value`` through memory that overlaps: the region eager writes is
     ``dest[index]`` (a view for a basic index: eager copies into it, refusing a stride-0 dim;
     ``index_put_`` for an advanced one). ``locations``, ``root_locations``: the geometries of
-    ``dest``'s and ``root``'s functional values (:func:`_value_geometry`)."""
+    ``dest``'s and ``root``'s functional values (:func:`_value_geometry`); ``base_layout``: as
+    for :func:`_write_locations`."""
     _, index, value = args
     geometry = _geometry(dest)  # eager's, for eager's overlap checks
     with torch._C.DisableTorchFunction():
@@ -403,17 +494,18 @@ def _setitem(dest, root, locations, root_locations, args: tuple, commit) -> None
     values[index] = value
     writer = torch.zeros(geometry[0], dtype=torch.bool, device=dest.device)
     writer[index] = True
-    _write_locations(root, locations, root_locations, values, writer, commit, region_geometry or geometry)
+    _write_locations(root, locations, root_locations, values, writer, commit, region_geometry or geometry, base_layout)
     _refresh_history(dest)
 
 
-def _write_locations(root, geometry, root_geometry, values, writer, commit, written_view=None) -> None:
+def _write_locations(root, geometry, root_geometry, values, writer, commit, written_view=None, base_layout=None) -> None:
     """``root.copy_(new)``: each location of ``dest`` (``geometry``) that an element with
     ``writer`` true (all, where None) maps to gets that element's ``values``; ``root``'s other
     elements keep theirs. Every location of ``dest`` is one of ``root``'s (a view of it).
     ``geometry`` and ``root_geometry`` are of one buffer (the functional values').
     ``written_view``: eager's geometry of the view eager's autograd records the write through
-    (``geometry`` where None)."""
+    (``geometry`` where None); ``base_layout``: eager's geometry of that view's autograd base,
+    where its elements overlap (:func:`_refuse_recorded_write_into_overlapping_base`)."""
     dest_loc = _location_set(geometry)
     root_loc = _location_set(root_geometry)
     if dest_loc is not None and root_loc is not None and not dest_loc <= root_loc:
@@ -439,9 +531,12 @@ def _write_locations(root, geometry, root_geometry, values, writer, commit, writ
     root_index = _locations(root_geometry, device) - lo
     new = torch.where(hit.take(root_index), at.take(root_index), root)
     written_view = written_view or geometry
-    if new.grad_fn is not None and overlap_of(written_view[0], written_view[1]) is Overlap.STRIDE0:
-        # eager's backward of the write copies the gradient into the view's geometry, and
-        # its copy_ refuses a stride-0 output: raised there, when a backward reaches it
+    if new.grad_fn is not None and any(
+        layout is not None and overlap_of(layout[0], layout[1]) is Overlap.STRIDE0 for layout in (written_view, base_layout)
+    ):
+        # eager's backward of the write (CopySlices) copies the gradient into its base's
+        # geometry and into the view's, and its copy_ refuses a stride-0 output: raised
+        # there, when a backward reaches it
         note_backward_error(new.grad_fn, _EAGER_INTERNAL_OVERLAP)
     commit(root, new)
 

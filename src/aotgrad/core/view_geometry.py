@@ -277,6 +277,9 @@ class EagerViewGeometry(TorchFunctionMode):
         #: ids of the inputs whose caller's tensor is its whole storage (no view, contiguous,
         #: offset 0): no synthetic base is made for them
         self.covering_inputs: set[int] = set()
+        #: id(input) -> the input, for the inputs the caller passed as views: eager's autograd
+        #: records a write through a view of one at the caller's root (:meth:`copy_slices_layout`)
+        self.caller_views: dict[int, torch.Tensor] = {}
         #: the mode that addresses stale views by ``as_strided`` of their base (entered
         #: inside this one: this one sees the calls it makes), whose rewrites are checked
         self.stale_uses: StaleViewUses | None = None
@@ -324,6 +327,8 @@ class EagerViewGeometry(TorchFunctionMode):
                     fake.untyped_storage().nbytes() // fake.element_size(), dtype=fake.dtype, device="meta"
                 )
                 self.shadows[id(f)] = (f, storage.as_strided(*_geometry(fake)))
+                if fake._base is not None:
+                    self.caller_views[id(f)] = f
                 self.caller_storage[StorageWeakRef(f.untyped_storage())] = StorageWeakRef(fake.untyped_storage())
                 if _covers_storage(fake):
                     self.covering_inputs.add(id(f))
@@ -413,6 +418,16 @@ class EagerViewGeometry(TorchFunctionMode):
         if self._shadow(t) is None and (self.relaid_root(t) or (t._base is not None and self.relaid_root(t._base))):
             return None
         return self.geometry(t)
+
+    def copy_slices_layout(self, view: FunctionalTensor) -> Geometry | None:
+        """Eager's layout of the tensor eager's autograd puts a write through ``view`` on (its
+        ``CopySlices``): ``view``'s autograd base's eager geometry; None where ``view`` is no
+        view, or its base is an input the caller passed as a view (eager's ``CopySlices`` is
+        at the caller's root, which the program does not see)."""
+        base = view._base
+        if base is None or self.caller_views.get(id(base)) is base:
+            return None
+        return self.geometry(base)
 
     def relaid_root(self, t: torch.Tensor) -> bool:
         """``t`` is an intermediate (no view) whose functional value is laid out otherwise than
