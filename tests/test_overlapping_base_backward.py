@@ -262,3 +262,29 @@ def test_recorded_item_assignment_into_view_of_overlapping_tensor(index):
         return t.diagonal() * 1, v * 1
 
     _eager_or_refused(f, _make, "v[key] = w")
+
+
+# (an input the caller laid out so, no view: a non-leaf requiring grad, a leaf without grad)
+CALLER_LAYOUTS = {
+    "non_leaf": lambda layout: (torch.randn(6, requires_grad=True) * 1).as_strided_(*layout),
+    "leaf": lambda layout: torch.randn(6).as_strided_(*layout),
+}
+
+
+@pytest.mark.parametrize("returns", sorted(RETURNS))
+@pytest.mark.parametrize("view", ["row", "diagonal", "column"])
+@pytest.mark.parametrize("layout", [((2, 2), (2, 2), 0), ((2, 2), (0, 1), 1)], ids=["shared_element", "stride0"])
+@pytest.mark.parametrize("caller", sorted(CALLER_LAYOUTS))
+def test_recorded_write_through_view_of_input_the_caller_laid_out_to_overlap(caller, layout, view, returns):
+    def f(x, w):
+        v = VIEWS[view](x)
+        v.mul_(w)
+        return RETURNS[returns](x, v)
+
+    def make():
+        return CALLER_LAYOUTS[caller](layout), torch.randn((), requires_grad=True)
+
+    if layout[1] == (0, 1) and view == "column":
+        check(f, make)  # the view itself has a stride-0 dim: eager's mul_ raises, so does aotgrad
+        return
+    _eager_or_refused(f, make, ("v.mul_(w)", "input 0"))

@@ -243,16 +243,20 @@ def overlapping_write(
     if written is None or type(written[1]) is not FunctionalTensor:
         return False, None
     name, dest = written
+    base_layout = (
+        None if copy_slices_layout is None
+        else _refuse_recorded_write_into_overlapping_base(func, name, dest, args, kwargs, copy_slices_layout)
+    )
     chain = by_location or chain_overlaps(dest)
     geometry = _geometry(dest)
     dest_overlaps = geometry is not None and overlaps_itself(geometry[0], geometry[1])
     if geometry is not None and not dest_overlaps and not chain:
-        return False, None
+        return _plain_write(name, base_layout)
     if geometry is None and not chain:
         with torch._C.DisableTorchFunction():
             if is_non_overlapping_and_dense_or_false(dest):
                 # provably no overlap with symbolic sizes (no guard is added): the plain op
-                return False, None
+                return _plain_write(name, base_layout)
     # from here on the op runs on a clone: eager's autograd checks of the destination first
     _check_inplace_as_eager(func, args, kwargs)
     if geometry is None:
@@ -263,7 +267,7 @@ def overlapping_write(
         )
     root, cut_off = write_root(dest, alias_source)
     if root is None and not has_lossy_step(dest):
-        return False, None  # (no functional base: functionalization's own replay)
+        return _plain_write(name, base_layout)  # (no functional base: functionalization's own replay)
     if cut_off:
         # through an alias autograd does not connect to ``root``: eager writes ``root``'s
         # memory unrecorded, and records the write (if at all) on the alias alone
@@ -277,10 +281,6 @@ def overlapping_write(
                 "not express. Write into a clone() instead."
             )
     unrecorded = torch.no_grad() if cut_off else contextlib.nullcontext()
-    base_layout = (
-        None if copy_slices_layout is None
-        else _refuse_recorded_write_into_overlapping_base(name, dest, geometry, args, kwargs, copy_slices_layout)
-    )
     root_geometry = None if root is None else _geometry(root)
     if root_geometry is None:
         raise AotgradCompileError(
@@ -356,14 +356,15 @@ def overlapping_write(
 
 
 def _refuse_recorded_write_into_overlapping_base(
-    name: str, dest: FunctionalTensor, geometry: tuple, args: tuple, kwargs: dict,
+    func: Any, name: str, dest: FunctionalTensor, args: tuple, kwargs: dict,
     copy_slices_layout: Callable[[FunctionalTensor], tuple | None],
 ) -> tuple | None:
     """Eager's layout of ``dest``'s autograd base (``copy_slices_layout(dest)``, eager's
-    ``CopySlices`` base) where autograd records the write (``name``) through the view ``dest``
-    and that layout has elements sharing memory (an ``as_strided_`` of a tensor that is no
-    view); None elsewhere. ``geometry``: eager's of ``dest``. Refuses where eager's gradients
-    are not the traced program's (fuzz seed 19003932).
+    ``CopySlices`` base) where autograd records the write ``func`` (``name``) through the view
+    ``dest`` and that layout has elements sharing memory (an ``as_strided_`` of a tensor that
+    is no view, in the program or the caller's); None elsewhere. Refuses where eager's
+    gradients are not the traced program's (fuzz seed 19003932), after eager's own checks of
+    the write (which raise eager's error first).
 
     Eager's ``CopySlices`` at the base copies the base's incoming gradient into the base's
     layout (a location shared by several elements keeps one of their gradients, its loop
@@ -385,7 +386,11 @@ def _refuse_recorded_write_into_overlapping_base(
         base_had_history = base.requires_grad
     if base_layout is None:
         return None
-    if any(type(v) is not int for v in (*base_layout[0], *base_layout[1], base_layout[2])):
+    geometry = _geometry(dest)
+    if geometry is None or any(type(v) is not int for v in (*base_layout[0], *base_layout[1], base_layout[2])):
+        with torch._C.DisableTorchFunction():
+            if is_non_overlapping_and_dense_or_false(base):
+                return None  # provably no overlap with symbolic sizes (no guard is added)
         raise AotgradCompileError(
             f"aotgrad: in-place {name} at {current_user_line()} through memory that may overlap "
             "itself, with symbolic sizes: the locations written are computed with static ones."
@@ -398,6 +403,7 @@ def _refuse_recorded_write_into_overlapping_base(
     shared = _shared_locations(base_layout)
     written = _location_set(_written_region(name, dest, args) or geometry)
     if base_had_history or shared is None or written is None or written & shared:
+        _check_inplace_as_eager(func, args, kwargs)
         raise AotgradCompileError(
             f"aotgrad: in-place {name} at {current_user_line()} writes, recorded by autograd, "
             "through a view of a tensor whose elements share memory (as_strided_ laid it out "
@@ -408,6 +414,21 @@ def _refuse_recorded_write_into_overlapping_base(
             "as_strided_, or write under no_grad."
         )
     return base_layout
+
+
+def _plain_write(name: str, base_layout: tuple | None) -> tuple[bool, Any]:
+    """``overlapping_write``'s answer for a write it leaves to the caller (functionalization
+    runs it as written): ``(False, None)``. Refused where eager's backward of the write raises
+    (``base_layout``: a stride-0 layout of the view's base, from
+    :func:`_refuse_recorded_write_into_overlapping_base`), which only a rewritten write notes."""
+    if base_layout is not None:
+        raise AotgradCompileError(
+            f"aotgrad: in-place {name} at {current_user_line()} writes, recorded by autograd, "
+            "through a view of a tensor laid out with a stride-0 dim (elements sharing memory): "
+            "eager's backward of the write raises there, which aotgrad does not express for this "
+            "write. clone() the tensor first, or write under no_grad."
+        )
+    return False, None
 
 
 def _written_region(name: str, dest: FunctionalTensor, args: tuple) -> tuple | None:
