@@ -3208,3 +3208,34 @@ def f(a, b, c, k, mode):
         modes=['grad', 'grad'],
         seed=3932,
     )
+
+
+def test_seed_16006573():
+    """A view ``t8`` of a matmul result ``t7`` (``as_strided`` of its element 2), made stale by
+    ``t7.t_()``, then re-strided by ``as_strided_`` onto elements 0..2, returned: eager
+    regenerates its grad_fn at the ``as_strided_`` and records ``AsStridedBackward1`` on it,
+    whose input is the view's old geometry, so only element 2 gets a gradient; the output was
+    rebuilt by one ``as_strided`` off ``t7``, sending it to all three.
+    EagerViewGeometry.restride_chain: OutputInfo.restrided_through."""
+    check_case(
+        source='''
+def f(a, flag):
+    t0 = a.unbind(1)[1]
+    t1 = t0.diagonal(0, 1, 0)
+    t2 = t1.add(t1, alpha=2)
+    t3 = t2.pow(2)
+    t4 = a.sigmoid()
+    t5 = t4.expand(3, 4, 4, 3)
+    t6 = t0.unsqueeze(1)
+    t7 = t6 @ t2
+    t8 = t7.as_strided((1,), (2,), 2)
+    t5.unsqueeze_(2)
+    t7.t_()
+    t8.as_strided_((3, 1), (1, 1), 0)
+    return [t7, t8, flag]
+''',
+        inputs={'bases': [{'shape': [4, 4, 3], 'dtype': 'float32', 'rg': True}, {'shape': [3, 3], 'dtype': 'float32', 'rg': True}, {'shape': [3, 3, 2], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'value', 'value': False}]},
+        post=[],
+        modes=['grad'],
+        seed=6573,
+    )

@@ -969,6 +969,13 @@ def analyze(
                         "take it before the in-place op."
                     )
                 off_root = False
+            # (a chain with steps eager made under no_grad is replayed as made: refused)
+            restrided_through = geometry.restride_chain(
+                o, geometry.geometry(f_inputs[i]), f"output {j}",
+                base_as_eager=o.dtype == f_inputs[i].dtype and not geometry.no_grad_prefix(o),
+            ) if not detached and not common["no_grad_view"] else ()
+            if restrided_through:
+                off_root, view_source = False, None
             output_info.append(
                 OutputInfo(
                     OutputType.alias_of_input,
@@ -976,6 +983,7 @@ def analyze(
                     detached=detached,
                     is_view=o._base is not None,
                     off_root=off_root,
+                    restrided_through=restrided_through,
                     view_source=None if off_root else view_source,
                     no_grad_steps=_rebuilt_no_grad_steps(view_source, geometry, f_inputs[i], o, j, off_root),
                     **common,
@@ -1007,8 +1015,14 @@ def analyze(
         )
         common["size"], common["stride"], common["storage_offset"] = view_geometry
         view_source = _replayable_on(relative_view_metas(o, base), base, base_geometry, view_geometry, fake_mode)
+        restrided_through = () if common["no_grad_view"] else geometry.restride_chain(
+            o, base_geometry, f"output {j}",
+            base_as_eager=not geometry.relaid_root(base) and o.dtype == base.dtype and not geometry.no_grad_prefix(o),
+        )
+        if restrided_through:
+            view_source = None
         output_info.append(OutputInfo(
-            kind, base_index=index, view_source=view_source,
+            kind, base_index=index, view_source=view_source, restrided_through=restrided_through,
             no_grad_steps=_rebuilt_no_grad_steps(view_source, geometry, base, o, j),
             **common,
         ))

@@ -160,6 +160,10 @@ class OutputInfo:
     #: as eager's view's grad_fn is once an in-place op on the input regenerated it (its
     #: gradient then reaches the root also outside the input's elements)
     off_root: bool = False
+    #: rebuilt by ``as_strided`` through these (size, stride, storage_offset) in order off
+    #: its base, then its own: eager's ``as_strided_`` of the view dropped the gradient of
+    #: elements outside those it had (``EagerViewGeometry.restride_chain``)
+    restrided_through: tuple[tuple[tuple[int, ...], tuple[int, ...], int], ...] = ()
     #: eager's output requires grad only through ``requires_grad_()`` called inside the
     #: program on a tensor without autograd history: 1, the output is that new autograd
     #: leaf (the runtime makes its value a leaf requiring grad); 2, an autograd view of

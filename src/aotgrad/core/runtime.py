@@ -236,6 +236,8 @@ def _view_of(base: torch.Tensor, info: OutputInfo, geometry: tuple | None) -> to
         base = _as_dtype(base, info.dtype)
     elif info.off_root and _as_strided_of_root(base):
         base = base._base  # the same elements: as_strided addresses the storage
+    for step in info.restrided_through:
+        base = base.as_strided(*step)  # (each step's AsStridedBackward0 keeps to its input's elements)
     return base.as_strided(size, stride, offset)
 
 

@@ -37,7 +37,7 @@ from .op_args import tree_leaves
 from .overlapping_writes import _location_set
 from .stale_views import StaleViewUses, same_addressing, writes_through_source
 
-__all__ = ["EagerViewGeometry", "Geometry", "as_strided_geometry", "functional_geometry", "rebased_root", "restride_drops_gradient", "restrides_within"]
+__all__ = ["EagerViewGeometry", "Geometry", "RestrideStep", "as_strided_geometry", "functional_geometry", "rebased_root", "restride_drops_gradient", "restrides_within"]
 
 Geometry = tuple[tuple[int, ...], tuple[int, ...], int]  # size, stride, storage_offset
 
@@ -227,6 +227,21 @@ class Restrided(NamedTuple):
     outside_input: bool = False
 
 
+class RestrideStep(NamedTuple):
+    """A step of a view's recorded autograd history since eager last regenerated it whose
+    ``AsStridedBackward`` keeps the gradient to its input's elements: an ``as_strided_`` of
+    the view itself (``AsStridedBackward1``) or an ``as_strided`` taken of a view
+    (``AsStridedBackward0``), recorded with grad."""
+
+    #: eager's geometry of the step's input (the view before the ``as_strided_``, the view
+    #: the ``as_strided`` was taken of)
+    geometry: Geometry
+    #: the user's line of the step
+    line: str
+    #: an ``as_strided_`` of the view itself
+    in_place: bool
+
+
 class EagerViewGeometry(TorchFunctionMode):
     """Shadows the inputs' (and their views') eager layout during the analysis run.
 
@@ -272,6 +287,18 @@ class EagerViewGeometry(TorchFunctionMode):
         #: that records the stale view's geometry as its input's: its gradient stays within
         #: the stale view's elements (fuzz seed 3003553)
         self.views_of_stale: dict[int, tuple[torch.Tensor, int, str, bool]] = {}
+        #: id(view) -> (the view, its :class:`RestrideStep` s in order): the ``as_strided``
+        #: steps of its autograd history since eager last regenerated its ``grad_fn`` (or
+        #: since it was made); a regeneration (a recorded op reading it while stale, a
+        #: recorded write through it) starts it afresh (:meth:`restride_chain`)
+        self.restride_steps: dict[int, tuple[torch.Tensor, tuple[RestrideStep, ...]]] = {}
+        #: id(view) -> (the view, the user's line of the op): views an in-place metadata op
+        #: with grad recording changed once their storage had changed, where autograd on the
+        #: traced program regenerated the view's history by a replay of its chain that names
+        #: other elements than eager's ``as_strided`` off the base (a ``select`` of a base
+        #: ``as_strided_`` flattened): a later recorded use of the view in the traced program
+        #: is refused (:meth:`_refuse_unreplayable_view`; fuzz seed 16006573's class)
+        self.misreplayed: dict[int, tuple[torch.Tensor, str]] = {}
         #: id(view) -> (the view, its base's geometry when the view was made)
         self.base_geometry_at_view: dict[int, tuple[torch.Tensor, Geometry]] = {}
         #: ids of the inputs whose caller's tensor is its whole storage (no view, contiguous,
@@ -467,6 +494,100 @@ class EagerViewGeometry(TorchFunctionMode):
         if self.regenerated(t) or entry is None or entry[0] is not t:
             return 0, "", False
         return entry[1], entry[2], entry[3]
+
+    def _steps_now(self, t: torch.Tensor) -> tuple[RestrideStep, ...]:
+        """``t``'s :class:`RestrideStep` s as its ``grad_fn`` would be read now: none where
+        ``t`` is stale (eager regenerates it off its base on that read)."""
+        entry = self.restride_steps.get(id(t))
+        return entry[1] if entry is not None and entry[0] is t and not self.stale(t) else ()
+
+    def _history_before(self, args: tuple) -> tuple[FunctionalTensor, tuple[RestrideStep, ...], Geometry] | None:
+        """Before an op: its first argument, that op's autograd reads (grad mode, the tensor
+        requires grad), with its restride steps then and its eager geometry; None else."""
+        source = args[0] if args else None
+        if not isinstance(source, FunctionalTensor) or not torch.is_grad_enabled() or not source.requires_grad:
+            return None
+        return source, self._steps_now(source), self.geometry(source)
+
+    def _note_restride_steps(self, name: str, before: tuple | None, out: Any) -> None:
+        """After the op ``name`` (``before``: :meth:`_history_before`'s), record the restride
+        steps of the tensors whose history it made: an in-place op on a view continues the
+        view's (``as_strided_`` adds one; another metadata op keeps them; a data write
+        through it is recorded as ``CopySlices`` at the root, and the view's ``grad_fn``
+        regenerated off it: none); a view taken of the source continues the source's
+        (an ``as_strided`` of a view adds one)."""
+        if before is None:
+            return
+        source, steps, geometry = before
+        if out is source or writes_through_source(name):
+            if source._base is None:
+                return
+            if name == "as_strided_":
+                steps = (*steps, RestrideStep(geometry, current_user_line(), True))
+            elif name not in _METADATA_INPLACE:
+                steps = ()
+            self.restride_steps[id(source)] = (source, steps)
+            return
+        for r in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(r, FunctionalTensor) and r is not source and r._base is not None and id(r) not in self.restride_steps:
+                step = (RestrideStep(geometry, current_user_line(), False),) if (
+                    name == "as_strided" and source._base is not None
+                ) else ()
+                self.restride_steps[id(r)] = (r, (*steps, *step))
+
+    def restride_chain(
+        self, t: FunctionalTensor, base_geometry: Geometry, what: str, *, base_as_eager: bool = True
+    ) -> tuple[Geometry, ...]:
+        """The geometries to take ``as_strided`` through, in order, off the base the runtime
+        rebuilds the returned view ``t`` with (laid out as ``base_geometry``, eager's), before
+        ``t``'s own: eager's history of ``t`` has an ``as_strided_`` whose
+        ``AsStridedBackward1`` drops the gradient of elements ``t`` names now (outside those
+        it had before that op: fuzz seed 16006573), which one ``as_strided`` off the base (or
+        a replay of its recorded chain, once the base's geometry changed) would not. The
+        chain is eager's ``AsStridedBackward`` steps since its last regeneration, the first
+        off the base: exact where every geometry is static, each step's input names distinct
+        elements (``as_strided``'s backward shares a location's gradient out among the
+        elements naming it) and the first step's elements are the base's. () where no such
+        step drops a gradient (the rebuild is left as it is); refused (``what``: the output,
+        for the message) where the chain is not exact, or not ``base_as_eager`` (the graph's
+        base is laid out otherwise than eager's, or has another dtype)."""
+        steps = self._steps_now(t)
+        if not any(s.in_place for s in steps):
+            return ()
+        final = self.geometry(t)
+        geometries = [final, base_geometry, *(s.geometry for s in steps)]
+        static = all(type(v) is int for g in geometries for v in (*g[0], *g[1], g[2]))
+        final_locations = _location_set(final) if static else None
+        drops = not static or final_locations is None or any(
+            s.in_place and ((locations := _location_set(s.geometry)) is None or not final_locations <= locations)
+            for s in steps
+        )
+        if not drops:
+            return ()
+        line = next(s.line for s in steps if s.in_place)
+        if static and base_as_eager and self._chain_is_exact(steps, base_geometry):
+            return tuple(s.geometry for s in steps)
+        raise AotgradCompileError(
+            f"aotgrad: {what} is a view that as_strided_ at {line} re-strided, recording a "
+            "gradient, onto elements outside those it had: eager's gradient of those elements is "
+            "dropped (AsStridedBackward1), which the rebuilt output cannot reproduce here (symbolic "
+            "sizes, elements sharing memory locations or outside its base's, a base laid out "
+            "otherwise than eager's). clone() it before returning it, or re-stride it under no_grad."
+        )
+
+    @staticmethod
+    def _chain_is_exact(steps: tuple[RestrideStep, ...], base_geometry: Geometry) -> bool:
+        """``as_strided`` through ``steps``' geometries off a base laid out as
+        ``base_geometry`` has eager's gradient: each step's input names distinct locations and
+        the first's are among the base's."""
+        sets = [_location_set(s.geometry) for s in steps]
+        base = _location_set(base_geometry)
+        return (
+            base is not None and all(
+                locations is not None and len(locations) == math.prod(s.geometry[0]) for locations, s in zip(sets, steps)
+            )
+            and sets[0] <= base
+        )
 
     def _replay_unsure(self, stale: FunctionalTensor) -> bool:
         """Replaying ``stale``'s chain from its base may not give the gradient of one
@@ -762,6 +883,7 @@ class EagerViewGeometry(TorchFunctionMode):
         for t in tree_leaves((args, kwargs)):
             if not isinstance(t, FunctionalTensor) or t._base is None or not t.requires_grad:
                 continue
+            self._refuse_misreplayed_use(name, t, source)
             written = writes and t is source
             if not (written or self.stale(t)) or (
                 _autograd_replays(t) and (written or not _replay_drops_gradient(t))
@@ -785,6 +907,21 @@ class EagerViewGeometry(TorchFunctionMode):
                 "instead, or write through a view of a clone()."
             )
 
+    def _refuse_misreplayed_use(self, name: str, t: FunctionalTensor, source: Any) -> None:
+        """Refuse the op ``name``'s recorded use of ``t`` where ``t`` is :attr:`misreplayed`
+        (another in-place metadata op on it carries the record along: no use yet)."""
+        entry = self.misreplayed.get(id(t))
+        if entry is None or entry[0] is not t or (t is source and name in _METADATA_INPLACE):
+            return
+        raise AotgradCompileError(
+            f"aotgrad: {name} at {current_user_line()} uses a view that the in-place metadata op at "
+            f"{entry[1]} changed after an in-place op had changed its storage (or its base's "
+            "geometry): eager regenerated the view's history there by as_strided of its base, "
+            "autograd on the traced program by replaying the view's ops, which name other "
+            "elements of the base now, so the gradient would reach other elements. Take the view "
+            "after the base's in-place op, or of a clone()."
+        )
+
     def _refuse_raising_replay(self, name: str, args: tuple, kwargs: dict) -> None:
         """Before the op ``name`` runs: refuse where autograd on the traced program would
         replay a view's chain that no longer applies to its base (:func:`_autograd_replay`
@@ -793,7 +930,9 @@ class EagerViewGeometry(TorchFunctionMode):
         the view, or an in-place metadata op on it once its storage changed (eager
         regenerates its ``grad_fn`` by ``as_strided``, the traced autograd by the replay,
         which raises inside the op). Other uses of such a view are rewritten; the checks
-        after the op refuse the replays that run but name other elements."""
+        after the op refuse the replays that run but name other elements; an in-place
+        metadata op whose replay runs but names other elements than the view's (a select of a
+        base ``as_strided_`` flattened) leaves the view ``misreplayed``."""
         if not torch.is_grad_enabled() or not args:
             return
         source = args[0]
@@ -806,7 +945,20 @@ class EagerViewGeometry(TorchFunctionMode):
             return
         if torch._C._autograd._get_creation_meta(source) != torch._C._autograd.CreationMeta.DEFAULT:
             return  # autograd never replays it: eager raises as the trace does
-        if _autograd_replay(source) is not None:
+        replay = _autograd_replay(source)
+        if replay is not None and name in _METADATA_INPLACE and not same_addressing(
+            replay, functional_geometry(source)
+        ) and _sums_to(tuple(source.shape), replay[0]) and self._shadow(source._base) is None:
+            # the replay runs but names other elements, in a shape autograd sums the view's
+            # gradient to (a 0-d select of a base as_strided_ flattened): the traced history of
+            # the view is not eager's from here on, silently, which matters only where the
+            # trace uses it (a returned view is rebuilt off its base): refused at such a use
+            # (_refuse_unreplayable_view). (A replay of another shape raises in the trace; the
+            # joint gives the program its own alias of an input whose geometry changes, which
+            # the view's chain is not replayed on.)
+            self.misreplayed[id(source)] = (source, current_user_line())
+            return
+        if replay is not None:
             return
         raise AotgradCompileError(
             f"aotgrad: in-place {name} at {current_user_line()} on a view taken before an in-place "
@@ -969,8 +1121,10 @@ class EagerViewGeometry(TorchFunctionMode):
             restride = self._restride(args, kwargs) if name == "as_strided_" and args else None
             written, restrided = self._written_restrided(name, args, kwargs)
             self._check_restrided(name, written, restrided)
+            before = self._history_before(args)
         out = self._run(func, args, kwargs)
         with torch._C.DisableTorchFunction():
+            self._note_restride_steps(name, before, out)
             if restride is not None:
                 self.restrided.setdefault(StorageWeakRef(args[0].untyped_storage()), []).append(restride)
             self._check_restrided(name, written, restrided)
@@ -1277,6 +1431,14 @@ def _autograd_replays(view: FunctionalTensor) -> bool:
     replayed = _autograd_replay(view)
     # (strides of size-1 dims are never stepped along: the replay names the same elements)
     return replayed is not None and same_addressing(replayed, functional_geometry(view))
+
+
+def _sums_to(shape: tuple, target: tuple) -> bool:
+    """A gradient of ``shape`` is one autograd sums to ``target`` (``target`` expands to
+    ``shape``), as it does to an input's shape where they differ; static sizes only."""
+    if any(type(n) is not int for n in (*shape, *target)) or len(target) > len(shape):
+        return False
+    return all(t in (1, n) for t, n in zip(target[::-1], shape[::-1]))
 
 
 def _autograd_replay(view: FunctionalTensor) -> Geometry | None:
