@@ -128,6 +128,21 @@ def _storage_copy(base: torch.Tensor) -> torch.Tensor:
     return storage
 
 
+def _reaches_outside(source: torch.Tensor, view: torch.Tensor) -> bool:
+    """``view``, an ``as_strided`` of ``source``, a view that requires grad, names a location
+    outside ``source``'s elements, or ``source``'s elements overlap, or that is not known
+    (symbolic or large geometries): its ``AsStridedBackward0`` keeps to ``source``'s."""
+    from .overlapping_writes import _location_set  # (it imports saved_tensors, not this module)
+
+    if source._base is None or not source.requires_grad:
+        return False
+    geometries = (_geometry(source), _geometry(view))
+    if any(type(v) is not int for g in geometries for v in (*g[0], *g[1], g[2])):
+        return True
+    inside, named = (_location_set(g) for g in geometries)
+    return inside is None or named is None or len(inside) < math.prod(geometries[0][0]) or not named <= inside
+
+
 def same_addressing(a: Geometry, b: Geometry) -> bool:
     """Two layouts of one shape put every element at the same storage offset: only the
     strides of size-1 dims (never stepped along) may differ, and nothing where it is empty."""
@@ -167,6 +182,12 @@ class StaleViewUses(TorchFunctionMode):
         self._versions: dict[int, tuple[torch.Tensor, int]] = {}
         #: id(view) -> (the view, its base's geometry when it was made)
         self._base_geometries: dict[int, tuple[torch.Tensor, Geometry]] = {}
+        #: id(view) -> the view, for views autograd recorded as an ``as_strided`` of a view
+        #: naming elements outside that view's (or not known not to), or as views of such a
+        #: view: autograd's replay of the chain (its own, which functionalization's record,
+        #: one ``as_strided`` off the storage's root, does not show) keeps the gradient to the
+        #: inner view's elements, eager's regenerated ``grad_fn`` of a stale one does not
+        self._clamped: dict[int, torch.Tensor] = {}
         #: ids of the call's targets written through their recorded ops (:meth:`replays_write`)
         #: instead of ``as_strided`` of their base, for the analysis to check too
         self.replayed: set[int] = set()
@@ -253,7 +274,9 @@ class StaleViewUses(TorchFunctionMode):
             return False
         if not (written or self._stale(t)):
             return False
-        if _write_replays(t) if written else (_autograd_replays(t) and not _replay_drops_gradient(t)):
+        if _write_replays(t) if written else (
+            _autograd_replays(t) and not _replay_drops_gradient(t) and self._clamped.get(id(t)) is not t
+        ):
             return False
         if torch._C._autograd._get_creation_meta(t) != torch._C._autograd.CreationMeta.DEFAULT:
             return False  # eager raises on such a view; the trace does too
@@ -352,7 +375,7 @@ class StaleViewUses(TorchFunctionMode):
             note_saved_by_stand_in(saved, values, view, version, name)
         return view if out is values else out
 
-    def _note_versions(self, source: Any, out: Any) -> None:
+    def _note_versions(self, source: Any, out: Any, name: str = "") -> None:
         """As :meth:`EagerViewGeometry._note_versions`: new views' versions; an in-place op
         autograd records on a view rebases it."""
         if out is source and isinstance(source, FunctionalTensor):
@@ -364,6 +387,10 @@ class StaleViewUses(TorchFunctionMode):
             if isinstance(r, FunctionalTensor) and r is not source and r._base is not None and id(r) not in self._versions:
                 self._versions[id(r)] = (r, r._version)
                 self._base_geometries[id(r)] = (r, _geometry(r._base))
+                if isinstance(source, FunctionalTensor) and (
+                    self._clamped.get(id(source)) is source or (name == "as_strided" and _reaches_outside(source, r))
+                ):
+                    self._clamped[id(r)] = r
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
@@ -373,7 +400,7 @@ class StaleViewUses(TorchFunctionMode):
         if not targets:
             out = func(*args, **kwargs)
             with torch._C.DisableTorchFunction():
-                self._note_versions(args[0] if args else None, out)
+                self._note_versions(args[0] if args else None, out, name)
             return out
         proxies: dict[int, torch.Tensor] = {}
         #: id(view) -> the copy of its base's storage a relocated write goes through
@@ -412,5 +439,5 @@ class StaleViewUses(TorchFunctionMode):
             # is rewritten again, as eager regenerates its grad_fn again
             return source
         with torch._C.DisableTorchFunction():
-            self._note_versions(new_args[0], out)
+            self._note_versions(new_args[0], out, name)
         return out

@@ -678,7 +678,9 @@ class EagerViewGeometry(TorchFunctionMode):
                 raise AotgradCompileError(
                     f"aotgrad: {name} at {current_user_line()} uses (or writes through) a view that an "
                     "in-place metadata op (t_, transpose_, unsqueeze_, squeeze_, as_strided_, ...) "
-                    "changed after it was made, or whose base it changed; eager's autograd addresses "
+                    "changed after it was made, or whose base it changed (or an as_strided of a view "
+                    "reaching outside that view's elements), once an in-place op changed its storage; "
+                    "eager's autograd addresses "
                     "such a view by as_strided of its base, and that base is laid out otherwise in the "
                     "traced program (a sliced or non-contiguous input, an as_strided_ or in-place op "
                     "that re-laid it out), so the gradient would reach other elements. Use the "
