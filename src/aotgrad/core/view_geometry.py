@@ -501,13 +501,17 @@ class EagerViewGeometry(TorchFunctionMode):
         entry = self.restride_steps.get(id(t))
         return entry[1] if entry is not None and entry[0] is t and not self.stale(t) else ()
 
-    def _history_before(self, args: tuple) -> tuple[FunctionalTensor, tuple[RestrideStep, ...], Geometry] | None:
-        """Before an op: its first argument, that op's autograd reads (grad mode, the tensor
-        requires grad), with its restride steps then and its eager geometry; None else."""
+    def _history_before(
+        self, name: str, args: tuple
+    ) -> tuple[FunctionalTensor, tuple[RestrideStep, ...], Geometry | None] | None:
+        """Before the op ``name``: its first argument, that op's autograd reads (grad mode,
+        the tensor requires grad), with its restride steps then and, for ``as_strided`` and
+        ``as_strided_`` (the ops that add a step), its eager geometry; None else."""
         source = args[0] if args else None
         if not isinstance(source, FunctionalTensor) or not torch.is_grad_enabled() or not source.requires_grad:
             return None
-        return source, self._steps_now(source), self.geometry(source)
+        restrides = name == "as_strided" or name == "as_strided_"
+        return source, self._steps_now(source), self.geometry(source) if restrides else None
 
     def _note_restride_steps(self, name: str, before: tuple | None, out: Any) -> None:
         """After the op ``name`` (``before``: :meth:`_history_before`'s), record the restride
@@ -533,7 +537,8 @@ class EagerViewGeometry(TorchFunctionMode):
                 step = (RestrideStep(geometry, current_user_line(), False),) if (
                     name == "as_strided" and source._base is not None
                 ) else ()
-                self.restride_steps[id(r)] = (r, (*steps, *step))
+                if steps or step:  # (none recorded reads as none: _steps_now)
+                    self.restride_steps[id(r)] = (r, (*steps, *step))
 
     def restride_chain(
         self, t: FunctionalTensor, base_geometry: Geometry, what: str, *, base_as_eager: bool = True
@@ -1123,7 +1128,7 @@ class EagerViewGeometry(TorchFunctionMode):
             restride = self._restride(args, kwargs) if name == "as_strided_" and args else None
             written, restrided = self._written_restrided(name, args, kwargs)
             self._check_restrided(name, written, restrided)
-            before = self._history_before(args)
+            before = self._history_before(name, args)
         out = self._run(func, args, kwargs)
         with torch._C.DisableTorchFunction():
             self._note_restride_steps(name, before, out)
