@@ -789,9 +789,11 @@ def analyze(
                 metadata_mutation_under_no_grad=meta and i in checks.restrided_under_no_grad,
                 addresses_storage=i in checks.storage_addressed or (
                     # the joint runs the program on a clone of such an input starting at
-                    # offset 0 (tracing._functional_forward), where as_strided_'s offset
-                    # names other elements: a synthetic base keeps eager's storage
-                    i in checks.storage_restrided and data and fake.requires_grad
+                    # offset 0 (tracing._functional_forward: one requiring grad, or one a
+                    # recorded write makes require grad), where as_strided_'s offset names
+                    # other elements: a synthetic base keeps eager's storage (fuzz seed
+                    # 22007787: a write of a value requiring grad landed elsewhere)
+                    i in checks.storage_restrided and data and (fake.requires_grad or visible)
                     and _maybe_nonzero(fake.storage_offset())
                 ) or StorageWeakRef(f.untyped_storage()) in geometry.restrided_partial_storages,
                 sets_requires_grad=i in checks.inputs_set_requiring_grad,
