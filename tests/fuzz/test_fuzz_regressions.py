@@ -3239,3 +3239,36 @@ def f(a, flag):
         modes=['grad'],
         seed=6573,
     )
+
+
+def test_seed_20016921():
+    """An op that returns its input itself (``flatten()`` of the 1-D ``t6``) of a view whose
+    as_strided step reaches outside the sliced ``a[1:3]``: eager records nothing, the view's
+    AsStridedBackward0 (input geometry ``a[1:3]``'s) drops the gradient of storage element
+    10; the analysis took the op for a write through the view (EagerViewGeometry.rebased) and
+    rebuilt the output off the root, sending gradient there. stale_views.changed_in_place."""
+    check_case(
+        source='''
+def f(a):
+    with torch.set_grad_enabled(True):
+        t0 = -a
+        t1 = torch.arange(8, dtype=t0.dtype).view(t0.shape)
+        t1.transpose_(0, 2)
+    t1.mul_(2)
+    t2 = t1.select(0, -1)
+    t3 = a[1:3]
+    t4 = t3.as_strided((3, 2), (3, 1), 4)
+    t2.add_(1)
+    t5 = t4.split(3, 0)[0]
+    t6, t7 = t5.unbind(1)
+    t8 = t6.flatten()
+    t9 = torch.mm(t4, t2)
+    t10 = torch.tanh(t2)
+    t2.unsqueeze_(2)
+    return t8,
+''',
+        inputs={'bases': [{'shape': [4, 3, 1], 'dtype': 'float32', 'rg': True}, {'shape': [], 'dtype': 'float32', 'rg': False}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x[:, 1:]'}]},
+        post=[],
+        modes=['grad'],
+        seed=16921,
+    )

@@ -154,6 +154,37 @@ def same_addressing(a: Geometry, b: Geometry) -> bool:
     return offset == offset_b and all(n == 1 or st == st_b for n, st, st_b in zip(size, stride, stride_b))
 
 
+#: in-place ops that re-lay a tensor out (no data written, so its version stays): autograd
+#: records them on the tensor they return, itself
+_RELAYING_INPLACE = frozenset(
+    {"t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_", "as_strided_"}
+)
+
+
+def changed_in_place(name: str, source: Any, out: Any, version: int | None) -> bool:
+    """``out``, what the op ``name`` returned, is its first argument ``source`` changed in
+    place: the op wrote it (its version moved from ``version``, read before the op) or re-laid
+    it out. An op that returns its input itself unchanged (``flatten()`` of a 1-D tensor,
+    ``to``/``type_as``/``float()`` of its own dtype, ``contiguous()`` of a contiguous
+    tensor, ``requires_grad_()``...) is no in-place op: eager's autograd records nothing, the
+    view keeps its ``grad_fn`` (issue 12, fuzz seed 20016921: such a view counted as written
+    through, was rebuilt off the root)."""
+    if out is not source or not isinstance(source, FunctionalTensor):
+        return False
+    if name in _RELAYING_INPLACE:
+        return True
+    with torch._C.DisableTorchFunction():
+        return version is None or source._version != version
+
+
+def version_of(t: Any) -> int | None:
+    """``t``'s version counter where it is a functional tensor (read outside the modes)."""
+    if not isinstance(t, FunctionalTensor):
+        return None
+    with torch._C.DisableTorchFunction():
+        return t._version
+
+
 def writes_through_source(name: str) -> bool:
     """``name`` is an in-place data op on its first argument (no metadata op)."""
     if name in _METADATA_INPLACE:
@@ -375,10 +406,10 @@ class StaleViewUses(TorchFunctionMode):
             note_saved_by_stand_in(saved, values, view, version, name)
         return view if out is values else out
 
-    def _note_versions(self, source: Any, out: Any, name: str = "") -> None:
+    def _note_versions(self, source: Any, out: Any, name: str = "", version: int | None = None) -> None:
         """As :meth:`EagerViewGeometry._note_versions`: new views' versions; an in-place op
-        autograd records on a view rebases it."""
-        if out is source and isinstance(source, FunctionalTensor):
+        autograd records on a view rebases it (``version``: ``source``'s before the op)."""
+        if changed_in_place(name, source, out, version):
             entry = self._versions.get(id(source))
             if entry is not None and entry[0] is source and torch.is_grad_enabled() and source.requires_grad:
                 self._versions[id(source)] = (source, source._version)
@@ -398,9 +429,11 @@ class StaleViewUses(TorchFunctionMode):
         targets = self._targets(name, args, kwargs)
         self.rewritten = {}
         if not targets:
+            source = args[0] if args else None
+            version = version_of(source)
             out = func(*args, **kwargs)
             with torch._C.DisableTorchFunction():
-                self._note_versions(args[0] if args else None, out, name)
+                self._note_versions(source, out, name, version)
             return out
         proxies: dict[int, torch.Tensor] = {}
         #: id(view) -> the copy of its base's storage a relocated write goes through
@@ -432,6 +465,7 @@ class StaleViewUses(TorchFunctionMode):
                 with torch._C.DisableTorchFunction():
                     self.history_recorded(source)
             return out
+        version = version_of(new_args[0])
         out = func(*new_args, **new_kwargs)
         if id(source) in proxies and out is proxies[id(source)]:
             # an in-place op through the view returns the view itself; its value follows the
@@ -439,5 +473,5 @@ class StaleViewUses(TorchFunctionMode):
             # is rewritten again, as eager regenerates its grad_fn again
             return source
         with torch._C.DisableTorchFunction():
-            self._note_versions(new_args[0], out, name)
+            self._note_versions(new_args[0], out, name, version)
         return out

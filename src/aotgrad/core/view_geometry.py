@@ -35,7 +35,7 @@ from ..errors import AotgradCompileError, current_user_frame, current_user_line,
 from .kernel_checks import raise_eager_overlap_error
 from .op_args import tree_leaves
 from .overlapping_writes import _location_set
-from .stale_views import StaleViewUses, same_addressing, writes_through_source
+from .stale_views import StaleViewUses, changed_in_place, same_addressing, version_of, writes_through_source
 
 __all__ = ["EagerViewGeometry", "Geometry", "RestrideStep", "as_strided_geometry", "functional_geometry", "rebased_root", "restride_drops_gradient", "restrides_within"]
 
@@ -619,11 +619,14 @@ class EagerViewGeometry(TorchFunctionMode):
             self.view_versions[id(source)] = (source, source._version)
             self.rebased[id(source)] = source
 
-    def _note_versions(self, args: tuple, out: Any) -> None:
-        """Record new views' versions; an in-place op autograd records on a view rebases it."""
+    def _note_versions(self, name: str, args: tuple, out: Any, version: int | None) -> None:
+        """Record new views' versions; an in-place op autograd records on a view rebases it
+        (``version``: ``args[0]``'s before the op; an op returning its input unchanged is
+        none: :func:`~aotgrad.core.stale_views.changed_in_place`)."""
         source = args[0] if args else None
-        if out is source and isinstance(source, FunctionalTensor):
-            self.note_history_recorded(source)
+        if out is source:
+            if changed_in_place(name, source, out, version):
+                self.note_history_recorded(source)
             return
         for r in out if isinstance(out, (tuple, list)) else (out,):
             if isinstance(r, FunctionalTensor) and r is not source and r._base is not None and id(r) not in self.view_versions:
@@ -1141,6 +1144,7 @@ class EagerViewGeometry(TorchFunctionMode):
     def _run(self, func, args: tuple, kwargs: dict) -> Any:
         """Run ``func``, shadowing what it does (and refusing what would not match eager)."""
         shadow = self._shadow(args[0]) if args else None
+        version = version_of(args[0]) if args else None
         with torch._C.DisableTorchFunction():  # the attribute reads are no program ops
             self._check_stale_view_rewrites()
             self._note_restrided_root(_name_of(func), args)
@@ -1154,7 +1158,7 @@ class EagerViewGeometry(TorchFunctionMode):
                     self._shadow_views_of_root(func, getattr(func, "__name__", ""), args, kwargs, out)
                     self._follow_root(func, getattr(func, "__name__", ""), args, kwargs)
                 self._note_roots(func, out)
-                self._note_versions(args, out)
+                self._note_versions(_name_of(func), args, out, version)
                 self._refuse_write_through_outdated_view(getattr(func, "__name__", ""), args, kwargs, out)
                 self._refuse_unreplayable_view(_name_of(func), args, kwargs, out)
             return out
@@ -1185,7 +1189,7 @@ class EagerViewGeometry(TorchFunctionMode):
             self._follow(func, name, args, kwargs, shadow, out)
             self._check_layout_decision(name, args, kwargs, shadow, out)
             self._note_roots(func, out)
-            self._note_versions(args, out)
+            self._note_versions(name, args, out, version)
             self._refuse_write_through_outdated_view(name, args, kwargs, out)
             self._refuse_unreplayable_view(name, args, kwargs, out)
         return out
