@@ -137,3 +137,25 @@ def test_seed_20016921_shape():
         return (t6.flatten(),)
 
     check(f, lambda: (torch.randn(4, 3, 1, requires_grad=True),))
+
+
+@pytest.mark.parametrize("use", ["returned", "returned_twice", "used"])
+@pytest.mark.parametrize("op", sorted(RETURNING_INPUT))
+def test_op_returning_input_keeps_a_no_grad_views_prefix(op, use):
+    """A view taken with grad recording of a view made under no_grad, stale after a recorded
+    write into their base: the op is no grad-mode in-place op on it (which would regenerate
+    its grad_fn off the base and drop its no_grad prefix), so eager's error for using it is
+    kept (fuzz seeds 10017441, 18002385, 18006940, 19009525)."""
+
+    def f(a):
+        t = torch.tanh(a)
+        with torch.no_grad():
+            u = t[1:]
+        v = u[:2]
+        t.relu_()
+        RETURNING_INPUT[op](v)
+        if use == "used":
+            return (v * 2,)
+        return (v, v) if use == "returned_twice" else (v,)
+
+    check(f, lambda: (torch.randn(4, requires_grad=True),))

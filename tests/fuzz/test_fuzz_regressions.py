@@ -3272,3 +3272,37 @@ def f(a):
         modes=['grad'],
         seed=16921,
     )
+
+
+def test_seed_18006940():
+    """`t6.flatten()` of the 1-D `t6` (a view of the no_grad view `t5`, stale after `t4.relu_()`)
+    returns `t6` itself: no grad-mode in-place op on it, so eager's error for returning it
+    ("a view of a view which was created in no_grad mode") stands; the analysis took it for one
+    and dropped `t6`'s no_grad prefix. stale_views.changed_in_place."""
+    check_case(
+        source='''
+def f(a, s, b):
+    t0, t1, t2 = b.unbind(0)
+    t3 = t1.squeeze(0)
+    t4 = torch.tanh(t0)
+    with torch.no_grad():
+        t0.pow_(2)
+        t5 = t4.narrow(0, 0, 1)
+    t6 = t5.narrow(0, 0, 1)
+    t4.relu_()
+    t9 = t6.flatten()
+    with torch.set_grad_enabled(True):
+        t14 = a.unbind(0)[0]
+        t15 = b.detach()
+        t17 = torch.ones_like(t15)
+    with torch.set_grad_enabled(True):
+        t18 = t17.sum(1)
+        t20 = b.select(1, -1)
+        t21 = t2.detach()
+    return t6, t6, t17
+''',
+        inputs={'bases': [{'shape': [4, 1], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.t()'}, {'kind': 'value', 'value': -1.5}, {'kind': 'tensor', 'base': 0, 'expr': 'x[1:]'}]},
+        post=[],
+        modes=['grad'],
+        seed=6940,
+    )
