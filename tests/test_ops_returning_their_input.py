@@ -74,6 +74,29 @@ def test_op_returning_input_keeps_the_views_gradient(op, use):
     check(f, lambda: (torch.randn(4, 3, 1, requires_grad=True),))
 
 
+#: ops that leave the elements as they are but return a new view (a step in the chain):
+#: these were exact before, kept so
+NEW_VIEWS = {
+    "reshape_same": lambda t: t.reshape(t.shape),
+    "view_same": lambda t: t.view(-1),
+    "view_as": lambda t: t.view_as(t),
+    "squeeze_none": lambda t: t.squeeze(),
+    "expand_as": lambda t: t.expand_as(t),
+    "alias": lambda t: torch.ops.aten.alias(t),
+    "ellipsis": lambda t: t[...],
+    "t_1d": lambda t: t.t(),
+}
+
+
+@pytest.mark.parametrize("use", sorted(USES))
+@pytest.mark.parametrize("op", sorted(NEW_VIEWS))
+def test_new_view_keeps_the_views_gradient(op, use):
+    def f(a):
+        return USES[use](a, NEW_VIEWS[op])
+
+    check(f, lambda: (torch.randn(4, 3, 1, requires_grad=True),))
+
+
 @pytest.mark.parametrize("op", sorted(RETURNING_INPUT))
 def test_op_returning_input_on_view_input(op):
     """The caller passes a view (the seed's ``x[:, 1:]``)."""
