@@ -503,15 +503,16 @@ class EagerViewGeometry(TorchFunctionMode):
 
     def _history_before(
         self, name: str, args: tuple
-    ) -> tuple[FunctionalTensor, tuple[RestrideStep, ...], Geometry | None] | None:
+    ) -> tuple[FunctionalTensor, tuple[RestrideStep, ...], Geometry | None, int | None] | None:
         """Before the op ``name``: its first argument, that op's autograd reads (grad mode,
         the tensor requires grad), with its restride steps then and, for ``as_strided`` and
-        ``as_strided_`` (the ops that add a step), its eager geometry; None else."""
+        ``as_strided_`` (the ops that add a step), its eager geometry, and its version; None
+        else."""
         source = args[0] if args else None
         if not isinstance(source, FunctionalTensor) or not torch.is_grad_enabled() or not source.requires_grad:
             return None
         restrides = name == "as_strided" or name == "as_strided_"
-        return source, self._steps_now(source), self.geometry(source) if restrides else None
+        return source, self._steps_now(source), self.geometry(source) if restrides else None, version_of(source)
 
     def _note_restride_steps(self, name: str, before: tuple | None, out: Any) -> None:
         """After the op ``name`` (``before``: :meth:`_history_before`'s), record the restride
@@ -519,11 +520,13 @@ class EagerViewGeometry(TorchFunctionMode):
         view's (``as_strided_`` adds one; another metadata op keeps them; a data write
         through it is recorded as ``CopySlices`` at the root, and the view's ``grad_fn``
         regenerated off it: none); a view taken of the source continues the source's
-        (an ``as_strided`` of a view adds one)."""
+        (an ``as_strided`` of a view adds one). An op that returns the source itself unchanged
+        (``flatten()`` of it with no dims to merge, ``float()``...) records nothing
+        (:func:`~aotgrad.core.stale_views.changed_in_place`)."""
         if before is None:
             return
-        source, steps, geometry = before
-        if out is source or writes_through_source(name):
+        source, steps, geometry, version = before
+        if changed_in_place(name, source, out, version) or (out is not source and writes_through_source(name)):
             if source._base is None:
                 return
             if name == "as_strided_":
