@@ -206,6 +206,12 @@ class OutputInfo:
     #: it as before the detach (``tracing.IntermediateDetaches``), with its history and a
     #: tangent; the runtime rebuilds the views off it, then detaches it, as eager's
     detached_after_views: bool = False
+    #: an ``invalidated`` ordinary view of an intermediate that the program ``detach_()``ed
+    #: afterwards (its base ``intermediate_base_detached`` or ``detached_after_views``), whose
+    #: stale ``grad_fn`` eager regenerated before that detach (a recorded use): the runtime
+    #: reads its ``grad_fn`` before detaching the base, so it keeps that history, as eager's
+    #: (one stale at the detach regenerates after it, without history)
+    history_read_before_detach: bool = False
     view_source: Any = field(default=None, compare=False, repr=False)
     constant: Any = field(default=None, compare=False)
 
@@ -267,6 +273,12 @@ class ViewAndMutationMetadata:
     intermediate_base_new_leaf: tuple[bool, ...] = ()
     #: returned new leaves other outputs are computed from (:class:`LeafSlot`)
     leaf_slots: tuple[LeafSlot, ...] = ()
+    #: per intermediate base: the program ``detach_()``ed it after taking the views rebuilt
+    #: off it (``analysis._keeps_history_through_detach``): the graph returns it as before the
+    #: detach, requiring grad, and the runtime ``detach_()``es it once those views are
+    #: rebuilt, as eager's, so a view stale by then regenerates its ``grad_fn`` off a base
+    #: without history (fuzz seed 21002515)
+    intermediate_base_detached: tuple[bool, ...] = ()
     #: tensors eager's autograd saved that its backward would find changed: by the program
     #: after saving, or by the caller after the call (:mod:`aotgrad.core.saved_tensors`)
     eager_saved: EagerSavedTensors | None = None
@@ -305,10 +317,12 @@ class ViewAndMutationMetadata:
         intermediate_base_requires_grad: tuple[bool, ...],
         intermediate_base_new_leaf: tuple[bool, ...] = (),
         leaf_slots: tuple[LeafSlot, ...] = (),
+        intermediate_base_detached: tuple[bool, ...] = (),
     ) -> ViewAndMutationMetadata:
         """Make the record and its precomputed index tuples."""
         return ViewAndMutationMetadata(
             intermediate_base_new_leaf=intermediate_base_new_leaf,
+            intermediate_base_detached=intermediate_base_detached,
             leaf_slots=leaf_slots,
             input_info=input_info,
             output_info=output_info,

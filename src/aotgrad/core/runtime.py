@@ -332,6 +332,12 @@ class OutputBuilder:
         self.before_detach = len(aliases) - len(after)
         #: user outputs detached once their views are rebuilt (``OutputInfo.detached_after_views``)
         self.detached_outputs = tuple(j for j, o in enumerate(metadata.output_info) if o.detached_after_views)
+        #: forward-output positions of intermediate bases the program ``detach_()``ed after
+        #: the views rebuilt off them (``ViewAndMutationMetadata.intermediate_base_detached``):
+        #: detached once those are rebuilt, as the :attr:`detached_outputs`
+        self.detached_bases = tuple(
+            first_base + k for k, detached in enumerate(metadata.intermediate_base_detached) if detached
+        )
         #: forward-output positions of intermediate bases the program made new autograd leaves
         self.leaf_bases = tuple(
             first_base + k for k, leaf in enumerate(metadata.intermediate_base_new_leaf)
@@ -341,7 +347,7 @@ class OutputBuilder:
         #: outputs are exactly a slice of the forward outputs
         self.is_slice = (
             all(k == "out" for k, _, _ in plan) and not self.leaf_bases and not slot_bases and not self.detached_inputs
-            and not self.detached_outputs
+            and not self.detached_outputs and not self.detached_bases
         )
         self.out_spec = out_spec
         if out_spec.is_leaf():
@@ -412,10 +418,16 @@ class OutputBuilder:
                 continue
             if info.new_leaf:
                 result[j] = _alias_requiring_grad(result[j], info.new_leaf)
+            if info.history_read_before_detach:
+                result[j].grad_fn  # regenerated off its base before the base's detach_(), below
         if self.before_detach == len(self.aliases):
             _detach_inputs(call_inputs, self.detached_inputs)
         for j in self.detached_outputs:
             result[j].detach_()  # the program's detach_(), after the views eager took before it
+        for p in self.detached_bases:
+            # (likewise: a view stale by then regenerates its grad_fn off the detached base,
+            # without a next edge, as eager's; the others keep the history they were made with)
+            _unwrap(fw_outs[p]).detach_()
         return self.pack(result)
 
 
