@@ -16,25 +16,14 @@ import pytest
 import torch
 from eager_compare import check
 
-import aotgrad
-from aotgrad.compilers import nop
+from tests import test_offset_view_backward as offset_view_backward
 
 
 def _eager_or_refused(f, make, line_text: str = __file__) -> None:
     """``f`` through aotgrad behaves as eager, or raises AotgradCompileError naming
     ``line_text`` (by default: a line of this file, the user's program) before changing any
     input."""
-    compiled = aotgrad.aot_function(f, nop)
-    inputs = make()
-    before = [t.detach().clone() for t in inputs if isinstance(t, torch.Tensor)]
-    try:
-        compiled(*inputs)
-    except aotgrad.AotgradCompileError as e:
-        assert line_text in str(e), str(e)
-        after = [t.detach() for t in inputs if isinstance(t, torch.Tensor)]
-        assert all(torch.equal(a, b) for a, b in zip(before, after))
-        return
-    check(f, make)
+    offset_view_backward._eager_or_refused(f, make, line_text)
 
 
 def test_seed_16006573_shape():
