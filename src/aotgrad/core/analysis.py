@@ -269,7 +269,7 @@ class _SyncedFunctionalTensorMode(NoLossyReplays):
         return super().__torch_dispatch__(func, types, args, kwargs)
 
 
-def _reorders_elements(entry: tuple, now: tuple) -> bool:
+def reorders_elements(entry: tuple, now: tuple) -> bool:
     """Two (size, stride, storage_offset) geometries may order their elements otherwise:
     they differ in more than dims of size 1. Symbolic values count as equal only where they
     are the same expression (no guard is added); unsure is True."""
@@ -494,7 +494,7 @@ class _EagerChecks(TorchFunctionMode):
         if i not in self.restrided_under_no_grad or i in self.used_after_no_grad_restride:
             return
         entry, line = self.restrided_under_no_grad[i]
-        if _reorders_elements(entry, (tuple(t.shape), tuple(t.stride()), t.storage_offset())):
+        if reorders_elements(entry, (tuple(t.shape), tuple(t.stride()), t.storage_offset())):
             self.used_after_no_grad_restride[i] = (line, "its return as an output")
 
     def _is_leaf(self, func: Any, t: Any) -> bool:
@@ -847,7 +847,7 @@ def analyze(
         visible = data and not under_no_grad and f.grad_fn is not grad_fns_before[i] and i not in checks.detached_inputs
         if visible and fake._base is not None and any(o is f for o in out_leaves):
             checks.note_returned_input(i, f)
-        if visible and fake._base is None and i in checks.restrided_under_no_grad and _reorders_elements(
+        if visible and fake._base is None and i in checks.restrided_under_no_grad and reorders_elements(
             checks.restrided_under_no_grad[i][0], geometry.geometry(f)
         ):
             raise AotgradCompileError(
@@ -890,6 +890,9 @@ def analyze(
                 metadata_mutation_is_no_op=meta and i not in checks.as_strided_inputs
                 and i not in checks.restrided_under_no_grad and _same_static_geometry(geometry.geometry(f), fake),
                 metadata_mutation_under_no_grad=meta and i in checks.restrided_under_no_grad,
+                metadata_mutation_under_no_grad_at=checks.restrided_under_no_grad[i][1] if (
+                    meta and i in checks.restrided_under_no_grad
+                ) else None,
                 addresses_storage=i in checks.storage_addressed or (
                     # the joint runs the program on a clone of such an input starting at
                     # offset 0 (tracing._functional_forward: one requiring grad, or one a

@@ -103,6 +103,8 @@ class InputInfo:
     #: requires grad: autograd records none of it (its grad_fn keeps expecting the entry
     #: shape, as eager's), whatever grad mode the write backs run in
     metadata_mutation_under_no_grad: bool = False
+    #: the user line of the first such op under no_grad (for errors); None where none
+    metadata_mutation_under_no_grad_at: str | None = None
     #: a leaf requiring grad whose metadata the program changes and that it uses with grad
     #: recording: eager's AccumulateGrad for it is made at the first such use and checks the
     #: gradients it gets against the input's shape then (a backward reaching it through a

@@ -30,7 +30,7 @@ from ..context import compiling
 from ..errors import AotgradCompileError
 from ..partition import grad_tangent_dependencies, saved_values, tag_forward_nodes, view_root, viewed_placeholder
 from .aliasing import InputAliasing, outputs_on_call_inputs, plan_input_aliasing
-from .analysis import Analysis, analyze, reject_inplace_on_leaves
+from .analysis import Analysis, analyze, reject_inplace_on_leaves, reorders_elements
 from .cache import EntryStore, StoredEntry
 from .frontend import EntryGuard, InputLayout, layout_for
 from .higher_order import DifferentiableBackward
@@ -325,6 +325,7 @@ def _analyze_call(
             "(detach_()/requires_grad_(False)) while mutating an input that shares its storage; this "
             "is not supported. Detach it before calling the function, or use x.detach()."
         )
+    _refuse_relaid_out_leaf_members(input_aliasing, call_inputs, call_analysis.metadata)
     if symbolic is not None:
         raise _NeedsStaticTrace("aliased inputs of which one is mutated need synthetic bases")
     if holds_subclass(call_inputs[:n]):
@@ -758,6 +759,35 @@ def _compile_graph(
     with compiling(kind, config.aot_id):
         compiled = compiler(boundary.graph, boundary.example_inputs)
     return boundary.wrap(positional(compiled)), boundary
+
+
+def _refuse_relaid_out_leaf_members(
+    input_aliasing: InputAliasing, call_inputs: Any, metadata: ViewAndMutationMetadata
+) -> None:
+    """Refuse a leaf input requiring grad, merged into a synthetic base other than as the
+    members' common base, whose layout the program changes in place under no_grad other
+    than by adding or dropping size-1 dims (``t_``, ``as_strided_``): the synthetic base's
+    view of it makes its AccumulateGrad in the entry layout before the call, where eager's
+    is made at the first recorded use in the new one (fuzz seed 25002596, ``f(x.detach(),
+    x)``: a (1, 1) leaf re-strided to (1, 2) got a (1, 1) gradient, silently; a transposed
+    square one a transposed gradient). A leaf that is the common base is the graph input
+    itself, whose gradient the runtime lays out as at its use (``grads_in_use_layout``)."""
+    for base in input_aliasing.bases:
+        for i in base.members:
+            if base.common_base and call_inputs[i]._base is None:
+                continue
+            t, info = call_inputs[i], metadata.input_info[i]
+            if not (t.is_leaf and t.requires_grad and info.metadata_mutation_under_no_grad and info.new_view):
+                continue
+            entry = (tuple(t.shape), tuple(t.stride()), t.storage_offset())
+            if reorders_elements(entry, info.new_view):
+                raise AotgradCompileError(
+                    f"aotgrad: input {i}, a leaf that requires grad and shares its storage with an "
+                    "input the function writes, has its layout changed in place under no_grad at "
+                    f"{info.metadata_mutation_under_no_grad_at}: its gradient in the new layout is "
+                    "not supported beside the aliased write. Change the layout outside the "
+                    "function, or pass a clone() of one of the aliased inputs."
+                )
 
 
 def _grads_laid_out_as_inputs(md: ViewAndMutationMetadata, input_aliasing: InputAliasing | None) -> tuple[int, ...]:
