@@ -78,6 +78,17 @@ def enable_grad_mutates_nonleaf_input(x, w):
     return x.sum(),
 
 
+def inference_mode_region(x, w):
+    # inference tensors track no version: views, a write and an op returning its input
+    # itself (flatten() of a 1-D tensor) inside the region
+    with torch.inference_mode():
+        y = x * 2
+        z = y.view(-1)
+        z.add_(1)
+        u = z.flatten()
+    return u.clone().view(3, 4) * w, x.sin()
+
+
 PROGRAMS = [
     enable_grad_region,
     set_grad_enabled_call,
@@ -86,6 +97,7 @@ PROGRAMS = [
     enable_grad_view_and_mutation,
     enable_grad_alias_of_input,
     enable_grad_inner_only_unused,
+    inference_mode_region,
 ]
 
 

@@ -40,7 +40,7 @@ from .saved_tensors import find_eager_saved, saving_through_view
 from .signature import GraphSignature
 from .subclasses import TensorStructure
 from .symbolic import holds_sym
-from .stale_views import _INPLACE_DUNDERS, StaleViewUses
+from .stale_views import _INPLACE_DUNDERS, StaleViewUses, version_of
 from .unsafe_splits import UnsafeSplits
 from .view_geometry import EagerViewGeometry, Geometry, functional_geometry
 
@@ -291,11 +291,6 @@ def reorders_elements(entry: tuple, now: tuple) -> bool:
 
 #: tensor methods that read the tensor's ``grad_fn`` (regenerating a stale view's)
 _READING_GRAD_FN = frozenset({"__repr__", "__str__", "__format__", "retain_grad", "register_hook", "backward"})
-
-
-def _version_of(t: torch.Tensor) -> int | None:
-    """``t``'s version counter, None for an inference tensor (which has none)."""
-    return None if t.is_inference() else t._version
 
 
 class _EagerChecks(TorchFunctionMode):
@@ -551,7 +546,7 @@ class _EagerChecks(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         uses = self._leaf_uses(args, kwargs) if torch.is_grad_enabled() and self.leaf_inputs else ()
-        operands = [(a, _version_of(a)) for a in tree_leaves((args, kwargs)) if isinstance(a, FunctionalTensor)]
+        operands = [(a, version_of(a)) for a in tree_leaves((args, kwargs)) if isinstance(a, FunctionalTensor)]
         try:
             out = self._checked_call(func, types, args, kwargs)
         except RuntimeError as e:
@@ -581,11 +576,11 @@ class _EagerChecks(TorchFunctionMode):
         # (``t[i] = a`` returns None: it writes ``t``)
         results = [r for r in tree_leaves((args[0],) if out is None and name == "__setitem__" else out) if isinstance(r, FunctionalTensor)]
         fresh = [r for r in results if id(r) not in before]
-        written = [r for r in results if id(r) in before and before[id(r)] != _version_of(r)]
+        written = [r for r in results if id(r) in before and before[id(r)] != version_of(r)]
         # (inference tensors have no version counter, nor autograd history)
         views = [(a, v) for a, v in operands if a._base is not None and v is not None]
         for r in fresh:
-            if r._base is not None and id(r) not in self.view_history_versions and _version_of(r) is not None:
+            if r._base is not None and id(r) not in self.view_history_versions and version_of(r) is not None:
                 self.view_history_versions[id(r)] = (r, r._version)
         if name in ("__repr__", "__str__", "__format__") and args and not isinstance(args[0], FunctionalTensor):
             # FunctionalTensor's own repr prints its inner tensor: the view it wraps is read

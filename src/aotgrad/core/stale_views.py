@@ -178,11 +178,12 @@ def changed_in_place(name: str, source: Any, out: Any, version: int | None) -> b
 
 
 def version_of(t: Any) -> int | None:
-    """``t``'s version counter where it is a functional tensor (read outside the modes)."""
+    """``t``'s version counter where it is a functional tensor (read outside the modes);
+    None for other values and for an inference tensor (which tracks none: reading it raises)."""
     if not isinstance(t, FunctionalTensor):
         return None
     with torch._C.DisableTorchFunction():
-        return t._version
+        return None if t.is_inference() else t._version
 
 
 def writes_through_source(name: str) -> bool:
