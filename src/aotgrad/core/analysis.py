@@ -531,37 +531,38 @@ class _EagerChecks(TorchFunctionMode):
                 "x.detach() (out of place) inside the function, or detach the input before calling it."
             )
 
-    def _leaf_uses(self, args: tuple, kwargs: dict | None) -> list[tuple[int, tuple]]:
+    def _leaf_uses(self, operands: list) -> list[tuple[int, tuple]]:
         """(graph input, its (size, stride, storage offset)) of each leaf input requiring
-        grad among the op's operands, positional or keyword, nested in lists and tuples
-        (``torch.cat(tensors=[a])``, ``torch.mul(input=a, ...)``): a use autograd records
-        where the op's result gets a grad_fn (``leaf_use_geometries``)."""
+        grad among the op's functional ``operands`` (positional or keyword, nested in lists
+        and tuples: ``torch.cat(tensors=[a])``, ``torch.mul(input=a, ...)``): a use autograd
+        records where the op's result gets a grad_fn (``leaf_use_geometries``)."""
         uses = []
-        for t in tree_leaves((args, kwargs or {})):
-            if isinstance(t, FunctionalTensor) and id(t) in self.leaf_inputs and t.requires_grad:
+        for t in operands:
+            if id(t) in self.leaf_inputs and t.requires_grad:
                 i = self.input_index.get(id(t))
                 if i is not None:
                     uses.append((i, (tuple(t.shape), tuple(t.stride()), t.storage_offset())))
         return uses
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        uses = self._leaf_uses(args, kwargs) if torch.is_grad_enabled() and self.leaf_inputs else ()
-        operands = [(a, version_of(a)) for a in tree_leaves((args, kwargs)) if isinstance(a, FunctionalTensor)]
+        functional = [a for a in tree_leaves((args, kwargs)) if isinstance(a, FunctionalTensor)]
+        uses = self._leaf_uses(functional) if torch.is_grad_enabled() and self.leaf_inputs else ()
+        operands = [(a, version_of(a)) for a in functional]
         try:
             out = self._checked_call(func, types, args, kwargs)
         except RuntimeError as e:
             self._refuse_regeneration_off_detached(func, operands, e)
             raise
-        self._note_view_histories(func, args, operands, out)
         # ``t[i] = a`` returns None: autograd recorded it where ``t`` got a grad_fn (CopySlices)
         results = (args[0],) if out is None and getattr(func, "__name__", None) == "__setitem__" else out
+        self._note_view_histories(func, args, operands, results)
         if uses and any(isinstance(o, torch.Tensor) and o.grad_fn is not None for o in tree_leaves(results)):
             # autograd recorded the op: its node has an edge to each input's AccumulateGrad
             for i, geometry in uses:
                 self.leaf_use_geometries.setdefault(i, {}).setdefault(repr(geometry), (geometry, current_user_line()))
         return out
 
-    def _note_view_histories(self, func: Any, args: tuple, operands: list, out: Any) -> None:
+    def _note_view_histories(self, func: Any, args: tuple, operands: list, results: Any) -> None:
         """Move :attr:`view_history_versions` as eager's autograd moves each view's
         ``attr_version``: a new view records its storage's version; a write autograd records
         through a view rebases its history (the version after the write); an op autograd
@@ -569,14 +570,14 @@ class _EagerChecks(TorchFunctionMode):
         where stale (the version before the op), and so do the ``grad_fn`` and ``is_leaf``
         getters, ``repr``, ``retain_grad``... (:data:`_READING_GRAD_FN`).
         ``operands``: the functional tensors among the arguments, with
-        their versions before the call."""
+        their versions before the call; ``results``: what the op returned (``t[i] = a``:
+        ``t``, which it writes)."""
         name = getattr(func, "__name__", "")
         getter = getattr(getattr(func, "__self__", None), "__name__", None) if name == "__get__" else None
         before = {id(a): v for a, v in operands}
-        # (``t[i] = a`` returns None: it writes ``t``)
-        results = [r for r in tree_leaves((args[0],) if out is None and name == "__setitem__" else out) if isinstance(r, FunctionalTensor)]
-        fresh = [r for r in results if id(r) not in before]
-        written = [r for r in results if id(r) in before and before[id(r)] != version_of(r)]
+        returned = [r for r in tree_leaves(results) if isinstance(r, FunctionalTensor)]
+        fresh = [r for r in returned if id(r) not in before]
+        written = [r for r in returned if id(r) in before and before[id(r)] != version_of(r)]
         # (inference tensors have no version counter, nor autograd history)
         views = [(a, v) for a, v in operands if a._base is not None and v is not None]
         for r in fresh:

@@ -502,17 +502,17 @@ class EagerViewGeometry(TorchFunctionMode):
         return entry[1] if entry is not None and entry[0] is t and not self.stale(t) else ()
 
     def _history_before(
-        self, name: str, args: tuple
+        self, name: str, args: tuple, version: int | None
     ) -> tuple[FunctionalTensor, tuple[RestrideStep, ...], Geometry | None, int | None] | None:
         """Before the op ``name``: its first argument, that op's autograd reads (grad mode,
         the tensor requires grad), with its restride steps then and, for ``as_strided`` and
-        ``as_strided_`` (the ops that add a step), its eager geometry, and its version; None
-        else."""
+        ``as_strided_`` (the ops that add a step), its eager geometry, and its version
+        (``version``, read before the op); None else."""
         source = args[0] if args else None
         if not isinstance(source, FunctionalTensor) or not torch.is_grad_enabled() or not source.requires_grad:
             return None
         restrides = name == "as_strided" or name == "as_strided_"
-        return source, self._steps_now(source), self.geometry(source) if restrides else None, version_of(source)
+        return source, self._steps_now(source), self.geometry(source) if restrides else None, version
 
     def _note_restride_steps(self, name: str, before: tuple | None, out: Any) -> None:
         """After the op ``name`` (``before``: :meth:`_history_before`'s), record the restride
@@ -1134,8 +1134,9 @@ class EagerViewGeometry(TorchFunctionMode):
             restride = self._restride(args, kwargs) if name == "as_strided_" and args else None
             written, restrided = self._written_restrided(name, args, kwargs)
             self._check_restrided(name, written, restrided)
-            before = self._history_before(name, args)
-        out = self._run(func, args, kwargs)
+            version = version_of(args[0]) if args else None
+            before = self._history_before(name, args, version)
+        out = self._run(func, args, kwargs, version)
         with torch._C.DisableTorchFunction():
             self._note_restride_steps(name, before, out)
             if restride is not None:
@@ -1144,10 +1145,10 @@ class EagerViewGeometry(TorchFunctionMode):
             self._note_recorded_write(name, args, kwargs)
         return out
 
-    def _run(self, func, args: tuple, kwargs: dict) -> Any:
-        """Run ``func``, shadowing what it does (and refusing what would not match eager)."""
+    def _run(self, func, args: tuple, kwargs: dict, version: int | None) -> Any:
+        """Run ``func``, shadowing what it does (and refusing what would not match eager);
+        ``version``: ``args[0]``'s before the op (:func:`~aotgrad.core.stale_views.version_of`)."""
         shadow = self._shadow(args[0]) if args else None
-        version = version_of(args[0]) if args else None
         with torch._C.DisableTorchFunction():  # the attribute reads are no program ops
             self._check_stale_view_rewrites()
             self._note_restrided_root(_name_of(func), args)
