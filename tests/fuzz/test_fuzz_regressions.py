@@ -3306,3 +3306,32 @@ def f(a, s, b):
         modes=['grad'],
         seed=6940,
     )
+
+
+def test_seed_22013348():
+    """t9, returned twice, is detach_()ed after the call, so the backward reaches only some
+    outputs; the path eager's engine never runs is not finite at a zero tangent (was: nan in
+    base0.grad, eager -1.17); aotgrad's backward is pruned of it (core/partial_backward.py;
+    tests/test_partial_backward.py)."""
+    check_case(
+        source='''
+def f(a, b, c, d):
+    t0 = b.softmax(0)
+    t1 = a.view_as(a)
+    t2 = t1.clone()
+    t3 = b.amax(0)
+    t4 = t3.t()
+    t4.squeeze_()
+    t5 = t4.prod()
+    t6 = t5.clone()
+    t7 = c.cumsum(0)
+    t8 = t7.pow(2)
+    t4.sin_()
+    t9 = t6.contiguous()
+    return t9, t2, t9, t8
+''',
+        inputs={'bases': [{'shape': [], 'dtype': 'float64', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.clone()'}, {'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 0, 'expr': 'x'}]},
+        post=[(2, 'detach_()')],
+        modes=['grad'],
+        seed=13348,
+    )

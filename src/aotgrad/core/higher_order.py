@@ -30,6 +30,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch import fx
 
+from .partial_backward import prune_absent_tangents
 from .signature import graph_outputs, is_tangent
 from .tracing import IN_CUSTOM_FUNCTION, NO_GRAD
 
@@ -272,10 +273,28 @@ class DifferentiableBackward:
         self.graph: DifferentiableBackwardGraph | None = None
         #: the compiled differentiable backward (an AotFunction), built on first use
         self.compiled: Callable | None = None
+        #: per set of absent tangents (autograd's None), the differentiable backward pruned
+        #: of what only they feed (:mod:`.partial_backward`), or None where it computes the same
+        self._partial: dict[frozenset[int], Callable | None] = {}
 
     def __repr__(self) -> str:
         state = "not built" if self.compiled is None else f"{len(self.compiled.entries)} entries"
         return f"DifferentiableBackward({self.name}, {state})"
+
+    def _for_absent(self, absent: frozenset[int], num_tangents: int) -> Callable:
+        """The compiled differentiable backward for calls whose tangents ``absent`` are None."""
+        if not absent:
+            assert self.compiled is not None
+            return self.compiled
+        if absent not in self._partial:
+            from .dispatch import AotFunction  # the pipeline imports this module
+
+            assert self.graph is not None
+            gm = prune_absent_tangents(self.graph.graph, absent, num_tangents)
+            if gm is not None:
+                gm.__name__ = f"{self.name}_differentiable_backward_without_{'_'.join(map(str, sorted(absent)))}"  # type: ignore[attr-defined]
+            self._partial[absent] = None if gm is None else AotFunction(gm, self._config)
+        return self._partial[absent] or self.compiled
 
     def _build(self) -> Callable:
         from .dispatch import AotFunction  # the pipeline imports this module
@@ -291,7 +310,10 @@ class DifferentiableBackward:
         gm.__name__ = f"{self.name}_differentiable_backward"  # type: ignore[attr-defined]
         return AotFunction(gm, self._config)
 
-    def __call__(self, primals: Sequence[Any], saved: Sequence[torch.Tensor], tangents: Sequence[Any]) -> list:
+    def __call__(
+        self, primals: Sequence[Any], saved: Sequence[torch.Tensor], tangents: Sequence[Any],
+        absent: frozenset[int] = frozenset(),
+    ) -> list:
         if self.compiled is None:
             self.compiled = self._build()
         assert self.graph is not None
@@ -303,4 +325,4 @@ class DifferentiableBackward:
                 "clone the input before the call, or compute this gradient eagerly."
             )
         frozen = [saved[k] for k in self.graph.frozen]
-        return list(self.compiled(*primals, *frozen, *tangents))
+        return list(self._for_absent(absent, len(tangents))(*primals, *frozen, *tangents))

@@ -34,6 +34,7 @@ from .analysis import Analysis, analyze, reject_inplace_on_leaves, reorders_elem
 from .cache import EntryStore, StoredEntry
 from .frontend import EntryGuard, InputLayout, layout_for
 from .higher_order import DifferentiableBackward
+from .partial_backward import PartialBackwards
 from .layout import eager_layouts, restriding
 from .metadata import OutputType, ViewAndMutationMetadata
 from .provenance import SourceMarks
@@ -646,6 +647,11 @@ def _compile_training(
             (i, *info.grad_layout_at_use) for i, info in enumerate(md.input_info) if info.grad_layout_at_use
         ),
         grad_tangent_deps=facts.grad_tangent_deps,
+        partial=PartialBackwards(
+            lambda: bw_module,
+            lambda gm: _compile_graph("backward", config, gm, backward_examples, call, stored=False)[0],
+            len(signature.tangents), facts.grad_tangent_deps, name,
+        ),
         differentiable=DifferentiableBackward(
             lambda: trace_joint(
                 call.program, call.analysis, call.fake_inputs, call.fake_mode, config.trace_decompositions,
@@ -720,7 +726,7 @@ _READS_NO_EXAMPLES = (nop, print_graph)
 
 def _compile_graph(
     kind: str, config: AotConfig, gm: torch.fx.GraphModule, examples: Callable[[], list[Any]],
-    call: _AnalyzedCall,
+    call: _AnalyzedCall, stored: bool = True,
 ) -> tuple[Callable, SubclassBoundary | None]:
     """``compiler(gm, example)`` under the compilation context, as a positional callable:
     ``config``'s compiler for the ``kind`` ("forward", "backward", "inference") of graph,
@@ -738,7 +744,10 @@ def _compile_graph(
     the subclasses' inner tensors, and the result wrapped back (:mod:`.subclasses`); the
     boundary is returned too (None without subclasses). An entry from the cache holds no
     tensor subclass (the key refuses subclass inputs, the stored metadata any subclass
-    value): its graphs are not read to look for one."""
+    value): its graphs are not read to look for one.
+
+    ``stored=False``: a graph the entry does not store (a backward pruned for absent
+    tangents), compiled with no artifact loaded or kept."""
     compiler = {"forward": config.fw_compiler, "backward": config.bw_compiler, "inference": config.inference_compiler}[kind]
     if isinstance(call, _LoadedCall):
         example = [] if compiler in _READS_NO_EXAMPLES else examples()
@@ -748,12 +757,13 @@ def _compile_graph(
         boundary = subclass_boundary(gm, example, call.fake_mode)
     if boundary is None:
         with compiling(kind, config.aot_id):
-            artifact = call.stored_artifacts.get(kind)
+            artifact = call.stored_artifacts.get(kind) if stored else None
             load = getattr(compiler, "load_cached", None)
             compiled = None if artifact is None or load is None else load(gm, example, artifact)
             if compiled is None:
                 compiled = compiler(gm, example)
-        call.compiler_artifacts[kind] = getattr(compiled, "cache_artifact", None)
+        if stored:
+            call.compiler_artifacts[kind] = getattr(compiled, "cache_artifact", None)
         return positional(compiled), None
     log.debug("aotgrad: %s graph over tensor subclasses: %r", kind, boundary)
     with compiling(kind, config.aot_id):

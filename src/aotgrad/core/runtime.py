@@ -748,10 +748,14 @@ class BackwardSpec:
     #: per tangent, a maker of its zero value where that is a tensor subclass (else None,
     #: or empty when no tangent is): autograd's None becomes a zero of the traced type
     tangent_zeros: tuple[Callable[[], torch.Tensor] | None, ...] = ()
-    #: ``(primals, saved, tangents) -> grads`` with autograd history, for a backward with
-    #: ``create_graph=True`` (:class:`~aotgrad.core.higher_order.DifferentiableBackward`);
+    #: ``(primals, saved, tangents, absent) -> grads`` with autograd history, for a backward
+    #: with ``create_graph=True`` (:class:`~aotgrad.core.higher_order.DifferentiableBackward`);
     #: None: differentiating the gradients again raises
-    differentiable: Callable[[Any, Any, Any], list] | None = None
+    differentiable: Callable[[Any, Any, Any, frozenset[int]], list] | None = None
+    #: per set of tangents autograd passes None for, the backward that runs as eager's engine
+    #: does without them, or None where ``bw_callable`` computes the same
+    #: (:class:`~aotgrad.core.partial_backward.PartialBackwards`); None: always ``bw_callable``
+    partial: Callable[[frozenset[int]], Callable | None] | None = None
     #: graph inputs whose gradient eager lays out as the input itself (see
     #: :func:`_as_input_in_size1_dims`): autograd views whose data the program writes
     grads_laid_out_as_inputs: tuple[int, ...] = ()
@@ -787,6 +791,7 @@ def _make_function(
     grad_tangent_deps = spec.grad_tangent_deps
     tangent_zeros = spec.tangent_zeros or (None,) * len(tangent_meta)
     differentiable = spec.differentiable
+    partial = spec.partial
     backward_mutated = signature.backward_mutated_inputs
     num_grads = signature.num_graph_inputs
     num_slots = signature.num_leaf_slots
@@ -868,12 +873,16 @@ def _make_function(
                     "writing into a tensor it saved) is not supported. Run this backward without "
                     "create_graph, or the function eagerly."
                 )
+            # Eager's engine runs no node that only absent gradients reach: their paths are
+            # no zeros in its sums (a zero tangent through log at 0 is nan).
+            absent = frozenset(missing)
+            run = bw if not missing or partial is None else partial(absent) or bw
             if torch.is_grad_enabled():  # create_graph=True: the grads may be differentiated again
                 if differentiable is None:
-                    return (*_NoDoubleBackward.apply(*bw(*ctx.saved_tensors, *ctx.symints, *tangents)), *no_grads)
-                grads = differentiable(ctx.primals, ctx.saved_tensors, tangents)
+                    return (*_NoDoubleBackward.apply(*run(*ctx.saved_tensors, *ctx.symints, *tangents)), *no_grads)
+                grads = differentiable(ctx.primals, ctx.saved_tensors, tangents, absent)
             else:
-                grads = bw(*ctx.saved_tensors, *ctx.symints, *tangents)
+                grads = run(*ctx.saved_tensors, *ctx.symints, *tangents)
             if backward_mutated:
                 grads = list(grads)
                 _write_backward_mutations(ctx.backward_mutated, grads[num_grads + num_slots:])
@@ -889,9 +898,8 @@ def _make_function(
             if missing:
                 # As in eager, an input reached only from outputs that got no gradient gets
                 # None, not zeros.
-                unused = set(missing)
                 grads = [
-                    None if deps and deps <= unused else g for g, deps in zip(grads, grad_tangent_deps, strict=True)
+                    None if deps and deps <= absent else g for g, deps in zip(grads, grad_tangent_deps, strict=True)
                 ]
             return (*grads, *no_grads)
 
