@@ -58,3 +58,26 @@ def pytest_collection_modifyitems(config, items):
         for (name, part), why in TWO_TENSOR_KNOWN.items():
             if item.originalname == name and part in callspec.id:
                 item.add_marker(pytest.mark.xfail(reason=why, strict="not strict" not in why))
+
+
+@pytest.fixture(autouse=os.environ.get("AOTGRAD_CHECK_JOINT_ONE_PASS") == "1")
+def joint_one_pass_checked(monkeypatch):
+    """With ``AOTGRAD_CHECK_JOINT_ONE_PASS=1``, every joint traced in the analysis run is
+    compared with the two-run path's (``joint_one_pass_check``): a difference fails the
+    test that compiled it, whatever it expects."""
+    import joint_one_pass_check
+    from aotgrad.core import pipeline
+
+    monkeypatch.setattr(pipeline, "analyze_tracing_joint", joint_one_pass_check.checking(pipeline.analyze_tracing_joint))
+    start = len(joint_one_pass_check.MISMATCHES)
+    yield
+    found = joint_one_pass_check.MISMATCHES[start:]
+    del joint_one_pass_check.MISMATCHES[start:]
+    assert not found, found
+
+
+def pytest_terminal_summary(terminalreporter):
+    if os.environ.get("AOTGRAD_CHECK_JOINT_ONE_PASS") == "1":
+        import joint_one_pass_check
+
+        terminalreporter.write_line(f"joints traced in the analysis run, compared: {joint_one_pass_check.COMPARED[0]}")

@@ -757,12 +757,16 @@ def analyze(
     *,
     grad_enabled: bool,
     final: bool = False,
+    forward_modes: Callable[[StaleViewUses], list[contextlib.AbstractContextManager]] | None = None,
 ) -> Analysis:
     """Run ``program(*fake_inputs)`` under functionalization and collect its metadata.
 
     ``program`` takes the graph inputs and returns ``(output leaves, output spec)``.
     ``final``: the run over synthetic bases, after which no input is merged into one (so it
     decides what an earlier run left to it: view_geometry's ``restrided_partial_storages``).
+    ``forward_modes(stale_uses)``: modes the run enters between ``EagerRewrites`` and the
+    run's ``StaleViewUses`` (handed to it), where the joint's forward has them: the joint
+    traced in this run (:func:`~aotgrad.core.tracing.analyze_tracing_joint`).
     Raises :class:`AotgradCompileError` (naming the user's line) when the program cannot be
     run on fake tensors, e.g. data-dependent control flow.
     """
@@ -808,6 +812,8 @@ def analyze(
                 reroot_is_exact=geometry.reroot_is_exact, addressed_as_eager=geometry.addressed_as_eager,
                 copy_slices_layout=geometry.copy_slices_layout,
             ))
+            for extra in forward_modes(geometry.stale_uses) if forward_modes is not None else ():
+                stack.enter_context(extra)
             # (inside all but UnsafeSplits: the other modes see the calls it makes in place of the program's)
             stack.enter_context(geometry.stale_uses)
             # (innermost: it sees the program's own calls, and what each one wrote)

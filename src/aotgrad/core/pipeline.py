@@ -42,7 +42,9 @@ from .runtime import BackwardSpec, CompiledRuntime
 from .signature import GraphSignature, graph_outputs
 from .subclasses import SubclassBoundary, holds_subclass, subclass_boundary
 from .symbolic import ShapeGuard, SymbolicLeaves, fake_graph_inputs, plan_symbolic
-from .tracing import _primals, analyze_tracing_inference, fake_detach, trace_inference, trace_joint
+from .tracing import (
+    JointGraph, _primals, analyze_tracing_inference, analyze_tracing_joint, fake_detach, trace_inference, trace_joint,
+)
 
 __all__ = ["CompiledEntry", "compile_entry"]
 
@@ -141,6 +143,8 @@ class _AnalyzedCall:
     times: dict[str, float] = field(default_factory=dict)
     #: the inference graph, traced during the analysis run itself (see :func:`_one_pass`)
     inference_graph: torch.fx.GraphModule | None = None
+    #: the joint graph, traced during the analysis run itself (see :func:`_one_pass_training`)
+    joint: JointGraph | None = None
     #: per graph kind, what its compiler kept in the cache entry this call was loaded from
     #: (the compiler loads its compiled graph by it: :func:`_compile_graph`)
     stored_artifacts: dict[str, Any] = field(default_factory=dict)
@@ -245,10 +249,30 @@ def _one_pass(config: AotConfig | None, call_inputs: list[Any], grad_enabled: bo
     and the analysis's fake inputs are what tracing's would be: plain leaf tensors, no view
     base, no inference tensors; static sizes (checked by the caller); no decompositions
     (they may change the fake values the analysis reads) and no source lines recorded."""
-    if config is None or config.record_source_lines or config.trace_decompositions:
-        return False
     tensors = [t for t in call_inputs if isinstance(t, torch.Tensor)]
     if grad_enabled and any(t.requires_grad for t in tensors):
+        return False
+    return _traceable_in_analysis(config, tensors)
+
+
+def _one_pass_training(config: AotConfig | None, call_inputs: list[Any], grad_enabled: bool) -> bool:
+    """Whether the joint graph is traced in the analysis run itself
+    (:func:`~aotgrad.core.tracing.analyze_tracing_joint`) instead of in a second run: where
+    the entry will be a training entry (grad mode on and an input requiring grad), under
+    the conditions of :func:`_traceable_in_analysis`. The analysis then decides whether the
+    run's forward is the joint's (else the joint is traced as usual)."""
+    tensors = [t for t in call_inputs if isinstance(t, torch.Tensor)]
+    if not (grad_enabled and any(t.requires_grad for t in tensors)):
+        return False
+    return _traceable_in_analysis(config, tensors)
+
+
+def _traceable_in_analysis(config: AotConfig | None, tensors: list[torch.Tensor]) -> bool:
+    """Whether the analysis's fake inputs are what tracing's would be (static sizes are
+    checked by the caller): plain leaf tensors, no view base, no inference tensors, outside
+    inference mode; no decompositions (they may change the fake values the analysis reads)
+    and no source lines recorded."""
+    if config is None or config.record_source_lines or config.trace_decompositions:
         return False
     if torch.is_inference_mode_enabled():
         return False
@@ -269,10 +293,16 @@ def _analyze_call(
     fake_call = _fake_call(layout, call_inputs, symbolic, fake_mode)
     program = layout.program_of(fn)
     rng_state = torch.random.get_rng_state()
-    inference_graph = None
+    inference_graph = joint = None
     try:
         with _GeneratorStateCalls() as calls:
-            if symbolic is None and _one_pass(config, call_inputs, grad_enabled):
+            if symbolic is None and _one_pass_training(config, call_inputs, grad_enabled):
+                call_analysis, joint = analyze_tracing_joint(
+                    program,
+                    lambda p, inputs, **modes: analyze(p, inputs, fake_mode, grad_enabled=grad_enabled, **modes),
+                    fake_call, fake_mode,
+                )
+            elif symbolic is None and _one_pass(config, call_inputs, grad_enabled):
                 assert config is not None
                 call_analysis, inference_graph = analyze_tracing_inference(
                     program,
@@ -306,7 +336,7 @@ def _analyze_call(
     if input_aliasing is None:
         return _AnalyzedCall(
             program, call_analysis, call_analysis, None, call_inputs, fake_call, fake_mode,
-            inference_graph=inference_graph,
+            inference_graph=inference_graph, joint=joint,
         )
     if call_analysis.metadata.leaf_slots:
         raise AotgradCompileError(
@@ -594,11 +624,13 @@ def _compile_training(
     joint_signature = call.analysis.signature
     num_fwd_outputs = joint_signature.num_forward_outputs
     if stored is None:
-        with _stage(call.times, "tracing"), _source_marks(config):
-            joint = trace_joint(
-                call.program, call.analysis, call.fake_inputs, call.fake_mode, config.trace_decompositions,
-                grad_enabled=grad_enabled,
-            )
+        joint = call.joint  # traced in the analysis run, where it could be
+        if joint is None:
+            with _stage(call.times, "tracing"), _source_marks(config):
+                joint = trace_joint(
+                    call.program, call.analysis, call.fake_inputs, call.fake_mode, config.trace_decompositions,
+                    grad_enabled=grad_enabled,
+                )
         joint_gm, primals = joint.graph, joint.primals
         joint_signature = joint.signature  # with the inputs the backward mutates
         with _stage(call.times, "partition"):

@@ -27,7 +27,7 @@ from torch._subclasses.fake_impls import fast_detach
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch._subclasses.functional_tensor import FunctionalTensorMode
 from torch.fx._lazy_graph_module import _LazyGraphModule, _use_lazy_graph_module
-from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
+from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing, get_proxy_mode, make_fx, track_tensor_tree
 from torch.overrides import TorchFunctionMode
 
 from ..errors import AotgradCompileError, compile_error_from, frame_rank, user_frame_of
@@ -41,7 +41,7 @@ from .effects import effects_as_ordered_nodes, is_effectful
 from .provenance import backward_stack_traces
 from .signature import GraphSignature, mark_tangents
 
-__all__ = ["IN_CUSTOM_FUNCTION", "NO_GRAD", "JointGraph", "NoGradMarks", "analyze_tracing_inference", "fake_detach", "trace_function", "trace_inference", "trace_joint", "trace_loss_joint", "trace_pre_dispatch"]
+__all__ = ["IN_CUSTOM_FUNCTION", "NO_GRAD", "JointGraph", "NoGradMarks", "analyze_tracing_inference", "analyze_tracing_joint", "fake_detach", "trace_function", "trace_inference", "trace_joint", "trace_loss_joint", "trace_pre_dispatch"]
 
 Program = Callable[..., tuple[list[Any], Any]]
 
@@ -213,15 +213,21 @@ def _trace(
         raise
     except Exception as exc:  # tracing a program that ran fine on fake tensors in analysis
         raise compile_error_from(exc, "trace the program into a graph") from exc
-    # Flat positional placeholders (primals_1, ..., tangents_1, ...) instead of make_fx's
-    # pytree-flattening signature: compilers and the runtime call graphs with flat args.
+    _flat_graph(gm, lazy=lazy)
+    _refuse_fake_constants(gm)
+    return gm
+
+
+def _flat_graph(gm: torch.fx.GraphModule, *, lazy: bool) -> None:
+    """Give a graph make_fx traced flat positional placeholders (primals_1, ...,
+    tangents_1, ...) instead of make_fx's pytree-flattening signature (compilers and the
+    runtime call graphs with flat args), and one scatter per written location; its code is
+    generated now unless ``lazy`` (see :func:`_trace`)."""
     gm.graph._codegen = torch.fx.graph.CodeGen()
     scatter_once_per_location(gm.graph)
     gm.recompile()
     if not lazy:
         _LazyGraphModule.force_recompile(gm)
-    _refuse_fake_constants(gm)
-    return gm
 
 
 def _no_torch_fn_metadata(fake_mode: FakeTensorMode) -> bool:
@@ -281,6 +287,20 @@ class JointGraph:
     tangent_reach: tuple[frozenset[int], ...] = ()
 
 
+def _tangents(analysis: Analysis, fake_mode: FakeTensorMode) -> list[torch.Tensor]:
+    """Fake tangents for the joint: one per forward output the signature takes a tangent
+    for, of that output's size, dtype and device (a tensor subclass's structure where the
+    output is one)."""
+    avals = analysis.forward_output_avals
+    structures = analysis.tangent_structures or (None,) * len(avals)
+    with fake_mode:
+        return [
+            torch.empty(avals[p][0], dtype=avals[p][1], device=avals[p][2]) if structures[p] is None
+            else structures[p].zeros()
+            for p in analysis.signature.tangents
+        ]
+
+
 def trace_joint(
     program: Program,
     analysis: Analysis,
@@ -302,15 +322,8 @@ def trace_joint(
     forward = _functional_forward(program, analysis, protect_mutated_inputs=True)
     primals = _primals(fake_inputs, fake_mode)
 
-    avals = analysis.forward_output_avals
     tangent_positions = signature.tangents
-    structures = analysis.tangent_structures or (None,) * len(avals)
-    with fake_mode:
-        tangents = [
-            torch.empty(avals[p][0], dtype=avals[p][1], device=avals[p][2]) if structures[p] is None
-            else structures[p].zeros()
-            for p in tangent_positions
-        ]
+    tangents = _tangents(analysis, fake_mode)
     # (and the inputs the program itself makes require grad: requires_grad_() on the
     # functional input, so only what it computes afterwards is differentiated)
     md = analysis.metadata
@@ -338,28 +351,16 @@ def trace_joint(
         after_forward = [_mutation_state(f) for f in f_primals]
         with unchecked, mode, torch.enable_grad(), EagerRewrites():
             kept = [k for k, p in enumerate(tangent_positions) if p not in refused]
-            # (a returned view that eager's backward reads off its base, where autograd here
-            # would replay its recorded chain: StaleViewUses.read_by_backward)
-            diff_outs = stale_uses.read_by_backward([fw_outs[tangent_positions[k]] for k in kept])
-            backward_stack_traces(diff_outs)  # backward nodes get their forward op's stack_trace
-            # one gradient per graph input, then one per new leaf the program returns
-            grads: list[Any] = [None] * (len(f_primals) + len(slot_flips))
             wrt = [f_primals[i] for i in grad_inputs]
             wrt_positions = list(grad_inputs)
             if slot_flips:
                 wrt.extend(leaves.made[k] for k in slot_flips)
                 wrt_positions.extend(range(len(f_primals), len(f_primals) + len(slot_flips)))
-            reach = reached_inputs(diff_outs, wrt)
-            found_reach.append(tuple(
-                frozenset(wrt_positions[j] for j in reach[kept.index(k)]) if k in kept else frozenset()
-                for k in range(len(tangent_positions))
-            ))
-            if diff_outs and wrt:
-                computed = torch.autograd.grad(
-                    diff_outs, wrt, [f_tangents[k] for k in kept], allow_unused=True, create_graph=create_graph
-                )
-                for i, g in zip(wrt_positions, computed, strict=True):
-                    grads[i] = g
+            grads, reach = _joint_gradients(
+                fw_outs, f_tangents, tangent_positions, kept, wrt, wrt_positions,
+                len(f_primals) + len(slot_flips), stale_uses, create_graph=create_graph,
+            )
+            found_reach.append(reach)
         mutated_in_backward = _backward_mutations(f_primals, after_forward, set(signature.mutated_inputs))
         found.append(mutated_in_backward)
         new_values = [from_functional(f_primals[i]) for i in mutated_in_backward]
@@ -398,6 +399,36 @@ def trace_joint(
     if found and found[-1]:
         signature = replace(signature, backward_mutated_inputs=found[-1])
     return JointGraph(gm, signature, primals, tangents, found_reach[-1])
+
+
+def _joint_gradients(
+    fw_outs: list[Any], f_tangents: list[Any], tangent_positions: tuple[int, ...], kept: list[int],
+    wrt: list[Any], wrt_positions: list[int], num_grads: int, stale_uses: StaleViewUses, *, create_graph: bool,
+) -> tuple[list[Any], tuple[frozenset[int], ...]]:
+    """The joint's backward, traced under the caller's functional mode with grad recording:
+    ``autograd.grad`` of the forward outputs at ``tangent_positions[k]`` for each ``k`` in
+    ``kept`` (tangent ``f_tangents[k]``) with respect to ``wrt``. Returns ``num_grads``
+    gradients (``wrt[j]``'s at ``wrt_positions[j]``, None elsewhere) and per tangent the
+    positions its output's recorded autograd graph reaches (empty for one not kept):
+    :attr:`JointGraph.tangent_reach`."""
+    # (a returned view that eager's backward reads off its base, where autograd here
+    # would replay its recorded chain: StaleViewUses.read_by_backward)
+    diff_outs = stale_uses.read_by_backward([fw_outs[tangent_positions[k]] for k in kept])
+    backward_stack_traces(diff_outs)  # backward nodes get their forward op's stack_trace
+    # one gradient per graph input, then one per new leaf the program returns
+    grads: list[Any] = [None] * num_grads
+    reach = reached_inputs(diff_outs, wrt)
+    tangent_reach = tuple(
+        frozenset(wrt_positions[j] for j in reach[kept.index(k)]) if k in kept else frozenset()
+        for k in range(len(tangent_positions))
+    )
+    if diff_outs and wrt:
+        computed = torch.autograd.grad(
+            diff_outs, wrt, [f_tangents[k] for k in kept], allow_unused=True, create_graph=create_graph
+        )
+        for i, g in zip(wrt_positions, computed, strict=True):
+            grads[i] = g
+    return grads, tangent_reach
 
 
 def reached_inputs(outputs: list[Any], inputs: list[Any]) -> tuple[frozenset[int], ...]:
@@ -671,6 +702,28 @@ class NoGradMarks(TorchFunctionMode):
         return out
 
 
+#: calls after which the joint traced in the analysis run may differ from trace_joint's:
+#: ``detach_()`` (:class:`IntermediateDetaches` keeps an alias of an intermediate,
+#: :class:`InPlaceDetaches` skips it on a tensor requiring no grad, where the analysis run
+#: does neither), ``as_strided``/``as_strided_`` (the analysis's ``EagerRewrites`` reroots
+#: writes through such views by its eager layouts, the trace after it by its own: the
+#: graphs' fake values differ, e.g. a ``copy`` in the backward at another offset)
+_NOT_IN_ONE_RUN = frozenset({torch.Tensor.detach_, torch.Tensor.as_strided, torch.as_strided, torch.Tensor.as_strided_})
+
+
+class _JointForwardMarks(NoGradMarks):
+    """:class:`NoGradMarks` of the joint traced in the analysis run
+    (:func:`analyze_tracing_joint`), noting too whether the program makes a call after
+    which that joint may differ from :func:`trace_joint`'s (:data:`_NOT_IN_ONE_RUN`)."""
+
+    joint_differs = False
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        if func in _NOT_IN_ONE_RUN:
+            self.joint_differs = True
+        return super().__torch_function__(func, types, args, kwargs)
+
+
 def trace_loss_joint(
     program: Program,
     analysis: Analysis,
@@ -858,6 +911,158 @@ def analyze_tracing_inference(
     _LazyGraphModule.force_recompile(gm)
     analysis.signature.check_forward_graph(gm, saved=False)
     return analysis, gm
+
+
+def analyze_tracing_joint(
+    program: Program,
+    analyze: Callable[..., Analysis],
+    fake_inputs: list[torch.Tensor],
+    fake_mode: FakeTensorMode,
+) -> tuple[Analysis, JointGraph | None]:
+    """The analysis and the joint graph from one run of the program.
+
+    ``analyze(program, inputs, forward_modes=...)`` runs under make_fx over the primals
+    (placeholders ``primals_*``), with the joint forward's :class:`NoGradMarks` where
+    :func:`trace_joint` has it (:class:`_JointForwardMarks`, which also notes the calls
+    after which the joint could differ); the analysis's own work after the run is not
+    traced (the proxy mode is set aside meanwhile). Where the joint's forward is the run as
+    traced (:func:`_plain_joint_forward`), the tangent placeholders ``tangents_*`` are
+    added after the primals' and the backward is traced as :func:`trace_joint` traces it:
+    the same graph, signature and tangent reach. For a training entry (grad mode on, an
+    input requiring grad) over static inputs that are fake leaves of ``fake_mode`` without
+    a view base, requiring grad as the call's do, with no decompositions and no source
+    marks (the caller checks). The joint is None wherever it may not be trace_joint's (a
+    call of :data:`_NOT_IN_ONE_RUN`, a write into a view: :func:`_writes_into_views`; an
+    output untraced; an error in the backward): then :func:`trace_joint` traces it as
+    usual, and raises what it raises. Errors of the run are the analysis's, unchanged."""
+    state: dict[str, Any] = {}
+    marks = _JointForwardMarks()
+
+    def forward_modes(stale_uses: StaleViewUses) -> list[contextlib.AbstractContextManager]:
+        state["stale_uses"] = stale_uses
+        return [marks]
+
+    def analysed_program(*f_inputs: Any) -> tuple[list[Any], Any]:
+        out_leaves, spec = program(*f_inputs)
+        state["run"] = (f_inputs, out_leaves)
+        state["proxy"] = torch._C._unset_dispatch_mode(torch._C._TorchDispatchModeKey.PROXY)
+        return out_leaves, spec
+
+    def traced(primals: list[Any]) -> list:  # placeholders primals_{i}, as trace_joint's
+        try:
+            analysis = analyze(analysed_program, list(primals), forward_modes=forward_modes)
+            state["analysis"] = analysis
+            if marks.joint_differs or not _plain_joint_forward(analysis):
+                return []
+            tangents = _tangents(analysis, fake_mode)  # (untraced, as trace_joint's)
+        finally:
+            proxy = state.pop("proxy", None)
+            if proxy is not None:
+                torch._C._set_dispatch_mode(proxy)
+        try:
+            return _traced_backward(analysis, state["run"], tangents, state["stale_uses"], state)
+        except Exception:  # noqa: BLE001 - trace_joint traces it again and raises its error
+            return []
+
+    with fake_mode, effects_as_ordered_nodes(), _use_lazy_graph_module(True):
+        gm = make_fx(
+            traced, tracing_mode="real", _disable_torch_fn_metadata_mode=_no_torch_fn_metadata(fake_mode)
+        )(list(fake_inputs))
+    analysis = state["analysis"]
+    if "joint" not in state or _holds_fake_constant(gm) or _writes_into_views(gm):
+        return analysis, None
+    _flat_graph(gm, lazy=True)
+    mark_tangents(gm.graph, len(fake_inputs))
+    tangents, reach = state["joint"]
+    return analysis, JointGraph(gm, analysis.signature, _primals(fake_inputs, fake_mode), tangents, reach)
+
+
+def _traced_backward(
+    analysis: Analysis, run: tuple[Any, list[Any]], tangents: list[torch.Tensor], stale_uses: StaleViewUses,
+    state: dict[str, Any],
+) -> list:
+    """:func:`analyze_tracing_joint`'s part after the analysis: the tangent placeholders,
+    the forward outputs as the signature lays them out, the backward; ``[fw_outs, grads]``
+    as :func:`trace_joint`'s joint returns them (``[]`` where the run's forward cannot be
+    the joint's: an intermediate base not traced as a view, a backward that changes an
+    input). Notes ``state["joint"] = (tangents, tangent reach)``."""
+    f_primals, out_leaves = run
+    md, signature = analysis.metadata, analysis.signature
+    bases = [out_leaves[j]._base for j in analysis.intermediate_base_sources]
+    if any(b is None for b in bases):
+        return []
+    fw_outs = signature.pack_forward(
+        [f_primals[i] for i in signature.mutated_inputs], md.graph_values(out_leaves, signature.user_outputs), bases
+    )
+    _tangent_placeholders(tangents)
+    mode = FunctionalTensorMode()
+    with mode:
+        f_tangents = [to_functional(t) for t in tangents]
+    after_forward = [_mutation_state(f) for f in f_primals]
+    grad_inputs = [i for i, f in enumerate(f_primals) if isinstance(f, torch.Tensor) and f.requires_grad]
+    with mode, torch.enable_grad(), EagerRewrites():
+        grads, reach = _joint_gradients(
+            fw_outs, f_tangents, signature.tangents, list(range(len(signature.tangents))),
+            [f_primals[i] for i in grad_inputs], grad_inputs, len(f_primals), stale_uses, create_graph=False,
+        )
+    if _backward_mutations(f_primals, after_forward, set(signature.mutated_inputs)):
+        return []
+    state["joint"] = (tangents, reach)
+    return [[from_functional(o) for o in fw_outs], [from_functional(g) for g in grads]]
+
+
+def _tangent_placeholders(tangents: list[torch.Tensor]) -> None:
+    """Placeholders ``tangents_1``, ... for ``tangents`` in the graph being traced, after
+    its last placeholder (the primals'), as make_fx makes them for an argument
+    ``tangents``: tracked as those tensors' proxies, their fake values in their meta."""
+    tracer = get_proxy_mode().tracer
+    graph = tracer.graph
+    last = graph.find_nodes(op="placeholder")[-1]
+    proxies = []
+    for k in range(len(tangents)):
+        with graph.inserting_after(last):
+            last = graph.placeholder(f"tangents_{k + 1}")
+        proxies.append(torch.fx.Proxy(last, tracer))
+    with disable_proxy_modes_tracing():
+        track_tensor_tree(tangents, proxies, constant=None, tracer=tracer)
+
+
+def _writes_into_views(gm: torch.fx.GraphModule) -> bool:
+    """Whether ``gm`` holds a functionalized write into a view: a ``copy`` or a
+    ``*_scatter`` node (a write through a view in the program, in an op's own code such as
+    circular ``pad``, or autograd's ``CopySlices`` in the backward). In the joint traced in
+    the analysis run the fake values of such nodes may differ from :func:`trace_joint`'s
+    (seen: a ``copy`` valued at its destination view's storage offset, 0 in trace_joint's,
+    for ``t[1:3].add_(1)`` of an intermediate requiring grad), so that joint is not used
+    there; the graphs' code is the same."""
+    return any(
+        isinstance(n.target, torch._ops.OpOverload)
+        and (n.target is torch.ops.aten.copy.default or "scatter" in n.target._opname)
+        for n in gm.graph.nodes
+    )
+
+
+def _plain_joint_forward(analysis: Analysis) -> bool:
+    """Whether :func:`trace_joint`'s forward runs the program on the functional primals as
+    they are, under its plain modes only (with no ``detach_()`` call: the caller checks):
+    no input cloned, aliased or re-laid out by :func:`_functional_forward` (an input
+    changed in place is one requiring no grad, whose data alone changes, and no value
+    requiring grad is written into it), none detached in place or made to require grad, no
+    new leaf returned (:class:`NewLeaves`), no saved tensor the program changes afterwards
+    (``versions_unchecked``), no tensor-subclass output (its tangent a subclass)."""
+    md = analysis.metadata
+    return (
+        all(
+            not x.mutated or (
+                x.mutates_data and not x.mutates_metadata and not x.requires_grad
+                and not x.mutation_visible_to_autograd
+            )
+            for x in md.input_info
+        )
+        and not md.detached_in_place and not md.sets_requires_grad and not md.leaf_slots
+        and (md.eager_saved is None or not md.eager_saved.changed_by_program)
+        and all(s is None for s in analysis.tangent_structures)
+    )
 
 
 def _holds_fake_constant(gm: torch.fx.GraphModule) -> bool:
