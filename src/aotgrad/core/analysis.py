@@ -33,6 +33,7 @@ from ..errors import AotgradCompileError, compile_error_from, current_user_line
 from .eager_rewrites import EagerRewrites
 from .layout import takes_eager_layout
 from .effects import effects_as_ordered_nodes
+from .inplace_ops import METADATA_INPLACE, NO_DATA_INPLACE, SAME_ELEMENTS_INPLACE
 from .metadata import InputInfo, LeafSlot, OutputInfo, OutputType, ViewAndMutationMetadata
 from .op_args import tree_leaves
 from .overlapping_writes import NoLossyReplays
@@ -206,23 +207,11 @@ def _replayed(view_metas: list, storage: torch.Tensor, base_geometry: Geometry) 
     return (tuple(out.shape), tuple(out.stride()), out.storage_offset())
 
 
-_METADATA_INPLACE = frozenset(
-    {"t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_", "as_strided_", "resize_", "resize_as_"}
-)
-
-
-#: in-place metadata ops whose new geometry names the same elements as the old one (a
-#: permutation of the dims, or a size-1 dim added or removed)
-SAME_ELEMENTS_INPLACE = frozenset({"t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_"})
-
-
 #: ops whose offset and strides address the storage, not the tensor they are called on
 #: (``as_strided_`` too, but a synthetic base would make its input a view, on which
 #: functionalization replays it wrongly: see ``_EagerChecks.storage_restrided``)
 _ADDRESSES_INPUT_STORAGE = frozenset({"as_strided", "as_strided_copy", "as_strided_scatter"})
 
-#: in-place-named methods that write no tensor data
-_NOT_WRITING_INPLACE = frozenset({"requires_grad_", "share_memory_", "detach_", "retain_grad_", "set_"})
 
 def _same_static_geometry(geometry: tuple, t: torch.Tensor) -> bool:
     """``t`` has the (size, stride, storage_offset) ``geometry``, all static (no guard)."""
@@ -233,10 +222,10 @@ def _same_static_geometry(geometry: tuple, t: torch.Tensor) -> bool:
 
 def _is_write(name: str) -> bool:
     """An in-place method name that writes data: ``add_``, ``__setitem__``, ``__iadd__``...
-    (no in-place metadata op, ``t_``, and none of :data:`_NOT_WRITING_INPLACE`)."""
+    (none of :data:`~aotgrad.core.inplace_ops.NO_DATA_INPLACE`: ``t_``, ``detach_``...)."""
     if name.endswith("__"):  # (not ``__invert__``, ``__index__``, ``__iter__``, ``__get__``)
         return name == "__setitem__" or name in _INPLACE_DUNDERS
-    return name.endswith("_") and name not in _METADATA_INPLACE and name not in _NOT_WRITING_INPLACE
+    return name.endswith("_") and name not in NO_DATA_INPLACE
 
 
 def _maybe_nonzero(n: Any) -> bool:
@@ -452,7 +441,7 @@ class _EagerChecks(TorchFunctionMode):
         pass the input by keyword only (``torch.mul(input=a, other=2)``: no ``args``)."""
         t = args[0] if args else None
         i = self.input_index.get(id(t))
-        if i is not None and name in _METADATA_INPLACE and not torch.is_grad_enabled() and t.requires_grad:
+        if i is not None and name in METADATA_INPLACE and not torch.is_grad_enabled() and t.requires_grad:
             entry = (tuple(t.shape), tuple(t.stride()), t.storage_offset())
             self.restrided_under_no_grad.setdefault(i, (entry, current_user_line()))
             if name not in SAME_ELEMENTS_INPLACE or i in self.used_after_no_grad_restride:
@@ -656,14 +645,14 @@ class _EagerChecks(TorchFunctionMode):
         if name == "__get__" and args and getattr(getattr(func, "__self__", None), "__name__", None) == "is_leaf":
             return self._is_leaf(func, args[0])
         if (
-            name in _METADATA_INPLACE
+            name in METADATA_INPLACE
             and args
             and id(args[0]) in self.leaf_inputs
             and args[0].requires_grad  # (not once detached in place)
             and torch.is_grad_enabled()
         ):
             raise RuntimeError(_LEAF_INPLACE)
-        if name in _METADATA_INPLACE and args and torch.is_grad_enabled() and self._views_a_leaf(args[0]):
+        if name in METADATA_INPLACE and args and torch.is_grad_enabled() and self._views_a_leaf(args[0]):
             raise RuntimeError(_VIEW_OF_LEAF_INPLACE)
         if (
             name == "detach_" and args and isinstance(args[0], FunctionalTensor) and args[0].requires_grad
@@ -679,7 +668,7 @@ class _EagerChecks(TorchFunctionMode):
                 raise RuntimeError(_DETACH_VIEW)  # eager refuses it on any view
         if self.input_index and (args or kwargs):
             self._note_no_grad_restride(name, args, kwargs)
-            if args and name in _METADATA_INPLACE and isinstance(args[0], FunctionalTensor):
+            if args and name in METADATA_INPLACE and isinstance(args[0], FunctionalTensor):
                 k = self.input_index.get(id(args[0]), self.input_index.get(id(args[0]._base)))
                 if k is None:
                     # a detach()ed alias (of a view) of an input: no autograd base, the

@@ -79,6 +79,7 @@ from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTens
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..errors import AotgradCompileError, current_user_line
+from .inplace_ops import NO_DATA_INPLACE
 from .saved_tensors import note_backward_error, note_saved_by_stand_in, saving_into_copy
 
 __all__ = ["Overlap", "overlap_of", "overlapping_write", "overlaps_itself", "scatter_once_per_location", "write_root",
@@ -102,12 +103,6 @@ _NOT_ITERATOR_WRITES = frozenset(
     {"index_fill_", "index_put_", "index_add_", "index_copy_", "index_reduce_", "scatter_",
      "scatter_add_", "scatter_reduce_", "masked_scatter_", "put_"}
 )
-_METADATA_INPLACE = frozenset(
-    {"t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_", "as_strided_",
-     "resize_", "resize_as_", "set_", "detach_", "requires_grad_", "share_memory_"}
-)
-#: in-place ops whose name ends in ``_`` but that write no data of ``self``
-_NOT_WRITING = frozenset({"record_stream", "retain_grad", "requires_grad_", "share_memory_", "pin_memory_"})
 _INPLACE_DUNDERS = frozenset(
     {"__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__",
      "__ipow__", "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__", "__imatmul__"}
@@ -214,7 +209,7 @@ def _written(func: Any, args: tuple, kwargs: dict) -> tuple[str, Any] | None:
         return None
     if name == "__setitem__" or name in _INPLACE_DUNDERS:
         return name, args[0]
-    if name.endswith("_") and not name.endswith("__") and name not in _METADATA_INPLACE and name not in _NOT_WRITING:
+    if name.endswith("_") and not name.endswith("__") and name not in NO_DATA_INPLACE:
         return name, args[0]
     return None
 
@@ -669,7 +664,7 @@ class NoLossyReplays(FunctionalTensorMode):
 def _written_arguments(func: Any) -> tuple[tuple[int, str, bool], ...]:
     """(position, name, kwarg_only) of each argument ``func``'s schema says it writes
     (``Tensor(a!)``), none for an in-place metadata op; remembered per op overload."""
-    if func._schema.name.split("::")[-1] in _METADATA_INPLACE:
+    if func._schema.name.split("::")[-1] in NO_DATA_INPLACE:
         return ()
     return tuple(
         (k, arg.name, arg.kwarg_only) for k, arg in enumerate(func._schema.arguments)

@@ -33,6 +33,7 @@ from torch._subclasses.functional_tensor import FunctionalTensor
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import _disable_current_modes
 
+from .inplace_ops import NO_DATA_INPLACE, RELAYING_INPLACE
 from .op_args import tree_leaves
 from .saved_tensors import note_saved_by_stand_in, saving_into_copy
 
@@ -40,11 +41,6 @@ __all__ = ["StaleViewUses", "same_addressing", "writes_through_source"]
 
 Geometry = tuple[tuple[int, ...], tuple[int, ...], int]
 
-#: in-place ops that change a tensor's size, stride or storage and no data
-_METADATA_INPLACE = frozenset(
-    {"t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_", "as_strided_",
-     "resize_", "resize_as_", "set_", "detach_", "requires_grad_", "share_memory_"}
-)
 #: ops that read a tensor's metadata (or make an alias autograd does not record): no use of
 #: its autograd history, so nothing to rewrite (and nothing for the analysis to refuse)
 _NOT_RECORDED = frozenset(
@@ -154,13 +150,6 @@ def same_addressing(a: Geometry, b: Geometry) -> bool:
     return offset == offset_b and all(n == 1 or st == st_b for n, st, st_b in zip(size, stride, stride_b))
 
 
-#: in-place ops that re-lay a tensor out (no data written, so its version stays): autograd
-#: records them on the tensor they return, itself
-_RELAYING_INPLACE = frozenset(
-    {"t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_", "as_strided_"}
-)
-
-
 def changed_in_place(name: str, source: Any, out: Any, version: int | None) -> bool:
     """``out``, what the op ``name`` returned, is its first argument ``source`` changed in
     place: the op wrote it (its version moved from ``version``, read before the op) or re-laid
@@ -171,7 +160,7 @@ def changed_in_place(name: str, source: Any, out: Any, version: int | None) -> b
     through, was rebuilt off the root)."""
     if out is not source or not isinstance(source, FunctionalTensor):
         return False
-    if name in _RELAYING_INPLACE:
+    if name in RELAYING_INPLACE:
         return True
     with torch._C.DisableTorchFunction():
         return version is None or source._version != version
@@ -188,7 +177,7 @@ def version_of(t: Any) -> int | None:
 
 def writes_through_source(name: str) -> bool:
     """``name`` is an in-place data op on its first argument (no metadata op)."""
-    if name in _METADATA_INPLACE:
+    if name in NO_DATA_INPLACE:
         return False
     return name == "__setitem__" or name in _INPLACE_DUNDERS or (name.endswith("_") and not name.endswith("__"))
 
@@ -259,7 +248,7 @@ class StaleViewUses(TorchFunctionMode):
                 written = writes and t is source
                 if not isinstance(t, FunctionalTensor) or any(t is u for u in targets):
                     continue
-                if t is source and name in _METADATA_INPLACE:
+                if t is source and name in NO_DATA_INPLACE:
                     continue  # the op changes the view itself: not a use of it
                 if not self._rewrites(t, written):
                     continue

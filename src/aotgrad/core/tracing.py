@@ -31,7 +31,8 @@ from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing, get_
 from torch.overrides import TorchFunctionMode
 
 from ..errors import AotgradCompileError, compile_error_from, frame_rank, user_frame_of
-from .analysis import SAME_ELEMENTS_INPLACE, Analysis, _sets_requires_grad, from_functional, to_functional
+from .analysis import Analysis, _sets_requires_grad, from_functional, to_functional
+from .inplace_ops import SAME_ELEMENTS_INPLACE
 from .metadata import ViewAndMutationMetadata
 from .eager_rewrites import EagerRewrites
 from .stale_views import StaleViewUses

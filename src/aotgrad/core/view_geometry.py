@@ -32,6 +32,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import _disable_current_modes
 
 from ..errors import AotgradCompileError, current_user_frame, current_user_line, describe_frame
+from .inplace_ops import RELAYING_INPLACE
 from .kernel_checks import raise_eager_overlap_error
 from .op_args import tree_leaves
 from .overlapping_writes import _location_set
@@ -41,10 +42,6 @@ __all__ = ["EagerViewGeometry", "Geometry", "RestrideStep", "as_strided_geometry
 
 Geometry = tuple[tuple[int, ...], tuple[int, ...], int]  # size, stride, storage_offset
 
-#: in-place ops that change a tensor's size, stride or offset (and no data)
-_METADATA_INPLACE = frozenset(
-    {"t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_", "as_strided_"}
-)
 #: functionalization's records of as_strided and as_strided_
 def _write_replays(view: FunctionalTensor) -> bool:
     """The backward of a write through ``view`` addresses it as eager's does: autograd's
@@ -531,7 +528,7 @@ class EagerViewGeometry(TorchFunctionMode):
                 return
             if name == "as_strided_":
                 steps = (*steps, RestrideStep(geometry, current_user_line(), True))
-            elif name not in _METADATA_INPLACE:
+            elif name not in RELAYING_INPLACE:
                 steps = ()
             self.restride_steps[id(source)] = (source, steps)
             return
@@ -745,7 +742,7 @@ class EagerViewGeometry(TorchFunctionMode):
         functionalization holds as its storage's base, no view of it), record whether it
         addresses its storage as eager's (:meth:`_addresses_storage_as_eager`) then, and the
         storage's count of data writes."""
-        if name not in _METADATA_INPLACE or name in _UNSHADOWABLE or not args or not isinstance(args[0], FunctionalTensor):
+        if name not in RELAYING_INPLACE or name in _UNSHADOWABLE or not args or not isinstance(args[0], FunctionalTensor):
             return
         root = args[0]
         if id(root) in self.restrided_roots or functionalization.get_view_meta_sequence(root.elem):
@@ -854,7 +851,7 @@ class EagerViewGeometry(TorchFunctionMode):
         on the traced (functional) tensors it replays the view's ops on the base as it is
         now, so the gradient would reach other elements (silently wrong)."""
         source = args[0] if args else None
-        if not isinstance(source, FunctionalTensor) or name in _METADATA_INPLACE:
+        if not isinstance(source, FunctionalTensor) or name in RELAYING_INPLACE:
             return
         if not (name == "__setitem__" or (out is source and name.endswith("_") and not name.endswith("__"))):
             return
@@ -888,7 +885,7 @@ class EagerViewGeometry(TorchFunctionMode):
         if name != "__setitem__" and not any(isinstance(r, torch.Tensor) for r in tree_leaves(out)):
             return  # reads metadata (size(), stride()): autograd records nothing
         source = args[0] if args else None
-        writes = isinstance(source, FunctionalTensor) and name not in _METADATA_INPLACE and (
+        writes = isinstance(source, FunctionalTensor) and name not in RELAYING_INPLACE and (
             name == "__setitem__" or (out is source and name.endswith("_") and not name.endswith("__"))
         )
         if writes and not any(isinstance(t, torch.Tensor) and t.requires_grad for t in tree_leaves((args, kwargs))):
@@ -924,7 +921,7 @@ class EagerViewGeometry(TorchFunctionMode):
         """Refuse the op ``name``'s recorded use of ``t`` where ``t`` is :attr:`misreplayed`
         (another in-place metadata op on it carries the record along: no use yet)."""
         entry = self.misreplayed.get(id(t))
-        if entry is None or entry[0] is not t or (t is source and name in _METADATA_INPLACE):
+        if entry is None or entry[0] is not t or (t is source and name in RELAYING_INPLACE):
             return
         raise AotgradCompileError(
             f"aotgrad: {name} at {current_user_line()} uses a view that the in-place metadata op at "
@@ -951,7 +948,7 @@ class EagerViewGeometry(TorchFunctionMode):
         source = args[0]
         if not isinstance(source, FunctionalTensor) or source._base is None or not source.requires_grad:
             return
-        if name in _METADATA_INPLACE:
+        if name in RELAYING_INPLACE:
             if not self.stale(source) or name == "detach_":
                 return
         elif not writes_through_source(name):
@@ -959,7 +956,7 @@ class EagerViewGeometry(TorchFunctionMode):
         if torch._C._autograd._get_creation_meta(source) != torch._C._autograd.CreationMeta.DEFAULT:
             return  # autograd never replays it: eager raises as the trace does
         replay = _autograd_replay(source)
-        if replay is not None and name in _METADATA_INPLACE and not same_addressing(
+        if replay is not None and name in RELAYING_INPLACE and not same_addressing(
             replay, functional_geometry(source)
         ) and _sums_to(tuple(source.shape), replay[0]) and self._shadow(source._base) is None:
             # the replay runs but names other elements, in a shape autograd sums the view's
@@ -1314,7 +1311,7 @@ class EagerViewGeometry(TorchFunctionMode):
         """Shadow the views of an intermediate (``args[0]``, with a root shadow) that ``func``
         returned, taken off the root shadow (its no_grad prefix is recorded by
         :meth:`_note_no_grad_views`)."""
-        if not self._has_root_shadow(args[0]) or name in _METADATA_INPLACE or name in _UNSHADOWABLE:
+        if not self._has_root_shadow(args[0]) or name in RELAYING_INPLACE or name in _UNSHADOWABLE:
             return
         # (the root shadow is made only where func returned views of args[0] to shadow)
         self._shadow_views(func, name, args, kwargs, lambda: self._root_shadow(args[0]), out, note_no_grad=False)
@@ -1327,7 +1324,7 @@ class EagerViewGeometry(TorchFunctionMode):
         if name in _UNSHADOWABLE:
             del self.roots[id(args[0])]
             return
-        if name not in _METADATA_INPLACE:
+        if name not in RELAYING_INPLACE:
             return
         entry = self._root_entry(args[0])
         assert entry is not None
@@ -1345,7 +1342,7 @@ class EagerViewGeometry(TorchFunctionMode):
         if name in _UNSHADOWABLE:
             del self.shadows[id(args[0])]
             return
-        if name in _METADATA_INPLACE:
+        if name in RELAYING_INPLACE:
             with _outside_tracing():
                 func(shadow, *args[1:], **kwargs)
             self._note_no_grad_views(args[0], out, name)
@@ -1413,7 +1410,7 @@ class EagerViewGeometry(TorchFunctionMode):
             return
         if out is source:
             # only a metadata op adds a step to the chain (a data op under no_grad adds none)
-            if steps < 0 and source._base is not None and name in _METADATA_INPLACE and self.no_grad_prefix(source):
+            if steps < 0 and source._base is not None and name in RELAYING_INPLACE and self.no_grad_prefix(source):
                 self.no_grad_steps[id(source)] = (
                     source, len(functionalization.get_view_meta_sequence(source.elem)), current_user_line()
                 )
