@@ -33,6 +33,7 @@ from ..errors import AotgradCompileError, compile_error_from, current_user_line
 from .eager_rewrites import EagerRewrites
 from .layout import takes_eager_layout
 from .effects import effects_as_ordered_nodes
+from .functional_storage import UncheckedMetadataOps
 from .inplace_ops import METADATA_INPLACE, NO_DATA_INPLACE, SAME_ELEMENTS_INPLACE
 from .metadata import InputInfo, LeafSlot, OutputInfo, OutputType, ViewAndMutationMetadata
 from .op_args import tree_leaves
@@ -233,7 +234,7 @@ def _maybe_nonzero(n: Any) -> bool:
     return not (type(n) is int and n == 0)
 
 
-class _SyncedFunctionalTensorMode(NoLossyReplays):
+class _SyncedFunctionalTensorMode(NoLossyReplays, UncheckedMetadataOps):
     """Functionalization (refusing lossy replays, :class:`NoLossyReplays`) that brings each
     functional argument of an op up to date
     (``torch._sync``: regenerated off its base's current value) before the op runs, as

@@ -25,7 +25,6 @@ from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch._dispatch.python import enable_python_dispatcher
 from torch._subclasses.fake_impls import fast_detach
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
-from torch._subclasses.functional_tensor import FunctionalTensorMode
 from torch.fx._lazy_graph_module import _LazyGraphModule, _use_lazy_graph_module
 from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing, get_proxy_mode, make_fx, track_tensor_tree
 from torch.overrides import TorchFunctionMode
@@ -35,6 +34,7 @@ from .analysis import Analysis, _sets_requires_grad, from_functional, to_functio
 from .inplace_ops import SAME_ELEMENTS_INPLACE
 from .metadata import ViewAndMutationMetadata
 from .eager_rewrites import EagerRewrites
+from .functional_storage import UncheckedMetadataOps
 from .stale_views import StaleViewUses
 from .overlapping_writes import overlaps_itself, scatter_once_per_location
 from .saved_tensors import versions_unchecked
@@ -341,7 +341,7 @@ def trace_joint(
         # (an input detached in place after autograd saved it: the analysis holds eager's
         # errors for it, the trace's own unpacking would refuse it)
         unchecked = versions_unchecked(md.eager_saved, detaches=bool(md.detached_in_place))
-        mode = FunctionalTensorMode()
+        mode = UncheckedMetadataOps()
         with mode:
             f_primals = [to_functional(p) for p in primals]
             f_tangents = [to_functional(t) for t in tangents]
@@ -747,7 +747,7 @@ def trace_loss_joint(
     loss_position = signature.user_output_positions[loss_output]
 
     def joint(*primals: Any) -> list:
-        mode = FunctionalTensorMode()
+        mode = UncheckedMetadataOps()
         with mode:
             f_primals = [to_functional(p) for p in primals]
         with mode, torch.enable_grad(), EagerRewrites(), StaleViewUses():
@@ -792,7 +792,7 @@ def trace_inference(
     primals = _primals(fake_inputs, fake_mode)
 
     def inference(*primals: Any) -> list:
-        mode = FunctionalTensorMode()
+        mode = UncheckedMetadataOps()
         with mode:
             f_primals = [to_functional(p) for p in primals]
         with mode, torch.set_grad_enabled(grad_enabled), EagerRewrites():
@@ -836,7 +836,7 @@ def trace_pre_dispatch(
     primals = _primals(fake_inputs, fake_mode)
 
     def pre_dispatch_forward(*args: Any) -> tuple:
-        mode = FunctionalTensorMode(pre_dispatch=True, export=True)
+        mode = UncheckedMetadataOps(pre_dispatch=True, export=True)
         with mode:
             f_primals = [to_functional(p) for p in args]
             outs = forward(*f_primals)
