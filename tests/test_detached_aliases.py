@@ -157,3 +157,38 @@ def test_no_grad_view_of_detached_alias_with_history(view, history):
         return t4, a * 2
 
     check(f, lambda: (torch.randn(2, 3, requires_grad=True),))
+
+
+#: views of a 4 x 3 leaf passed as the input, none its whole storage
+PARTIAL_INPUTS = {
+    "row": lambda x: x[1],
+    "strided_rows": lambda x: x[::2],
+    "column_tail": lambda x: x[1:, 0],
+    "element": lambda x: x[2, 1],
+}
+
+#: ``as_strided`` geometries inside the 12 locations, reaching past each input's elements
+PAST_ELEMENTS = [((3,), (1,), 0), ((2, 2), (3, 1), 4), ((4,), (2,), 1), ((2, 3), (6, 1), 5)]
+
+
+@pytest.mark.parametrize("history", sorted(HISTORY))
+@pytest.mark.parametrize("geometry", PAST_ELEMENTS, ids=str)
+@pytest.mark.parametrize("name", sorted(PARTIAL_INPUTS))
+@pytest.mark.parametrize("order", ["after", "before", "with_alias"])
+def test_view_of_detached_alias_past_its_elements_with_history(name, geometry, history, order):
+    """``t4 = b.detach(); t4.add_(b); return t4.as_strided((3,), (1,), 0)`` for an input
+    ``b = x[0]``: the output reaches past the alias's elements (within the caller's storage).
+    Copying the graph's value into such a view recorded a ``CopySlices`` whose backward
+    raised "setStorage: ... out of bounds" (fuzz seed 28012105); the gradient of the
+    locations outside the alias stops there, as eager's ``as_strided`` backward stops it."""
+
+    def f(b):
+        t0 = b.detach()
+        if order == "before":
+            v = t0.as_strided(*geometry)
+        HISTORY[history](t0, b)
+        if order != "before":
+            v = t0.as_strided(*geometry)
+        return (v, t0) if order == "with_alias" else (v, b * 2)
+
+    check(f, lambda: (PARTIAL_INPUTS[name](torch.randn(4, 3, requires_grad=True)),))

@@ -479,11 +479,13 @@ def _detached_alias_with_history(real: torch.Tensor, value: torch.Tensor, info: 
         finally:
             _set_version_counter((root,), (version,))
     prev = torch.is_grad_enabled()
-    # (as eager's ``as_strided`` backward decides whether to sum per location: by the quick test)
-    if not strides_keep_apart(where[0], where[1]):
+    root_geometry = (tuple(root.shape), root.stride(), root.storage_offset())
+    # (as eager's ``as_strided`` backward decides whether to sum per location: by the quick
+    # test; a copy into a view reaching past the alias's locations records a ``CopySlices``
+    # whose backward re-strides a gradient laid out as the alias past its extent, and raises)
+    if not strides_keep_apart(where[0], where[1]) or not _within_extent(where, root_geometry):
         _set_grad_enabled(True)
         try:
-            root_geometry = (tuple(root.shape), root.stride(), root.storage_offset())
             root.copy_(_GradByLocation.apply(value, root, tuple(where), root_geometry))
             _set_version_counter((root,), (version,))
             if not info.is_view:
@@ -502,6 +504,17 @@ def _detached_alias_with_history(real: torch.Tensor, value: torch.Tensor, info: 
         _set_grad_enabled(prev)
     _set_version_counter((root,), (version,))
     return target if info.is_view and not stale else out
+
+
+def _within_extent(inner: tuple, outer: tuple) -> bool:
+    """Every memory location ``inner`` (size, stride, storage_offset) addresses lies between
+    the first and the last location ``outer`` addresses (strides are not negative)."""
+    if any(n == 0 for n in inner[0]):
+        return True
+    if any(n == 0 for n in outer[0]):
+        return False
+    first, last = inner[2], inner[2] + sum((n - 1) * st for n, st in zip(inner[0], inner[1]))
+    return outer[2] <= first and last <= outer[2] + sum((n - 1) * st for n, st in zip(outer[0], outer[1]))
 
 
 def _alias_info(view: OutputInfo) -> OutputInfo:
