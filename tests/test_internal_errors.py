@@ -288,3 +288,49 @@ def test_write_through_one_element_of_a_detached_expanded_input(write, element):
         },
         seed=3146,
     )
+
+
+# --------------------------------------------------------------------------- torch's internal errors in the analysis run
+
+
+def _stale_view_of_base_detached_in_place(a, b):
+    t0 = b.as_strided((1, 2), (3, 3), 4)
+    a.detach_()
+    b.sin_()
+    t1 = t0.sin()
+    return t1, a.mean(-1)
+
+
+def _zero_dim_grad_value_into_int_slice(x):
+    t = torch.zeros(3, dtype=torch.int32)
+    t[1:] = x @ x
+    return t, x.sum()
+
+
+@pytest.mark.parametrize(
+    "fn,make,line",
+    [
+        # fuzz seed 28005918: a view of a leaf requiring grad, stale after the leaf (passed
+        # twice) is detach_()ed and written; autograd's regeneration of the view's grad_fn on
+        # the functional run fails an internal assert ("new_fn INTERNAL ASSERT FAILED")
+        (_stale_view_of_base_detached_in_place,
+         lambda: (lambda x: (x, x))(torch.randn(3, 4, requires_grad=True)), r"t1 = t0\.sin\(\)"),
+        # fuzz seed 28007605: a 0-dim value requiring grad assigned to a slice of an int
+        # tensor under grad mode; the functional run's autograd refuses the int destination
+        # ("Autograd not support dtype: Int"), eager's skips it
+        (_zero_dim_grad_value_into_int_slice,
+         lambda: (torch.randn(3, requires_grad=True),), r"t\[1:\] = x @ x"),
+    ],
+    ids=["stale_view_of_detached_base", "int_slice_assigned_grad_value"],
+)
+def test_internal_error_of_the_functional_run_is_refused_naming_the_line(fn, make, line):
+    """Eager runs these; the analysis's run on fake functional tensors hits an error inside
+    torch's autograd that is no error of the program. It was raised as a bare RuntimeError,
+    naming no line; it is refused at compile time, naming the user's line, and the caller's
+    tensors are left untouched."""
+    fn(*make())  # eager runs it
+    args = make()
+    before = [a.detach().clone() for a in args]
+    with pytest.raises(AotgradCompileError, match=line):
+        aotgrad.aot_function(fn, nop)(*args)
+    assert all(torch.equal(a.detach(), b) for a, b in zip(args, before))
