@@ -360,3 +360,58 @@ def test_restrided_input_with_alias_written(program, aliases):
         check_case(source, inputs, modes=["grad", "no_grad"])
     else:
         _eager_or_refused(source, inputs)
+
+
+#: inputs at a storage offset with a size-1 dim whose stride a contiguous tensor would not
+#: have (a written tensor with one is laid out again as the kernels lay it out,
+#: ``eager_rewrites._keeping_layout``), and a new layout within their own elements
+OFFSET_SIZE1 = {
+    "row_tail": ([1, 6], "x[:, 1:]", "(1, 2), (2, 1), 2"),
+    "middle_row_tail": ([3, 6], "x[1:2, 1:]", "(1, 3), (3, 1), 8"),
+    "column_tail": ([6, 1], "x[2:].t()", "(1, 2), (2, 1), 3"),
+    "deep": ([1, 1, 7], "x[:, :, 2:]", "(1, 1, 3), (9, 9, 1), 3"),
+    "transposed": ([1, 3, 4], "x[:, 1:].transpose(1, 2)", "(1, 2, 2), (8, 4, 1), 4"),
+}
+
+#: in-place writes into the re-strided input
+OFFSET_WRITES = ["a.mul_(2)", "a.masked_fill_(a > 0, 0.0)", "a[0].mul_(2)", "a.zero_()"]
+
+
+@pytest.mark.parametrize("returns", ["a.sin()", "a * 1, a", "a"])
+@pytest.mark.parametrize("write", OFFSET_WRITES)
+@pytest.mark.parametrize("rg", [False, True], ids=["plain", "grad"])
+@pytest.mark.parametrize("name", sorted(OFFSET_SIZE1))
+def test_input_at_an_offset_restrided_then_written(name, rg, write, returns):
+    """``a.as_strided_((1, 2), (2, 1), 2); a.mul_(2); return a.sin()`` for ``a = x[:, 1:]``
+    of a (1, 6) ``x``: the written value was laid out again at storage offset 0, and the
+    input's ``as_strided`` record, replayed on it with the absolute offset, named the
+    elements one place further: wrong values, silently (found beside fuzz seed 20005827,
+    which raised setStorage where the shift left the storage). Exact where nothing requires
+    grad; with grad, a write through the ``as_strided`` record into a non-contiguous value
+    requiring grad stays refused (``as_strided_scatter``)."""
+    shape, arg, restride = OFFSET_SIZE1[name]
+    matched = _eager_or_refused(
+        f"def f(a):\n    a.as_strided_({restride})\n    {write}\n    return {returns}\n",
+        {"bases": [{"shape": shape, "dtype": "float32", "rg": rg}], "args": [{"kind": "tensor", "base": 0, "expr": arg}]},
+        post=[(0, "mul_(3)")] if returns == "a" else [],
+    )
+    assert matched or rg
+
+
+@pytest.mark.parametrize("name", sorted(OFFSET_SIZE1))
+def test_input_at_an_offset_restrided_written_twice_traced_again(name):
+    """Fuzz seed 20005827: the input of ``test_input_at_an_offset_restrided_then_written``
+    written twice, the second time through a view, and the program traced four times in
+    the process. Functionalization writes through the ``as_strided`` record with
+    ``as_strided_scatter``, whose output keeps the input's storage offset; FakeTensor's
+    dispatch cache rebuilt it at offset 0 from the second trace on (``core/fake_mode.py``), so
+    the second write's re-layout moved the elements to offset 0 and the record's absolute
+    offset named the next ones (or raised "setStorage: ... out of bounds")."""
+    shape, arg, restride = OFFSET_SIZE1[name]
+    source = (
+        f"def f(a):\n    a.as_strided_({restride})\n    a.masked_fill_(a > 0, 0.0)\n    t0 = a.sin()\n"
+        "    with torch.no_grad():\n        a[0] = 1.0\n        t2 = torch.where(t0 > 0, t0, a)\n    return t2, a\n"
+    )
+    inputs = {"bases": [{"shape": shape, "dtype": "float32", "rg": False}], "args": [{"kind": "tensor", "base": 0, "expr": arg}]}
+    for modes in (["no_grad", "grad"], ["grad", "no_grad"]):
+        check_case(source=source, inputs=inputs, modes=modes)

@@ -26,6 +26,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from .core import tracing
 from .core.aliasing import plan_input_aliasing
+from .core.fake_mode import OffsetKeepingFakeTensorMode
 from .core.analysis import Analysis, analyze
 from .core.frontend import flatten_call, layout_for
 from .core.metadata import OutputType
@@ -134,7 +135,7 @@ def _analyse_for_export(
         )
     layout = layout_for(leaves, spec)
     call_inputs = layout.call_inputs_of(leaves)
-    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fake_mode = OffsetKeepingFakeTensorMode(allow_non_fake_inputs=True)
     fake_inputs = [fake_mode.from_tensor(t) for t in call_inputs]
     program = layout.program_of(fn)
     # (final: export makes no synthetic bases)

@@ -69,6 +69,8 @@ from torch._C import _functionalization
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import _disable_current_modes
 
+from .fake_mode import OffsetKeepingFakeTensorMode
+
 __all__ = ["EntryStore", "StoredEntry", "Uncacheable", "cache_location", "evict", "size_limit"]
 
 log = logging.getLogger("aotgrad")
@@ -1285,7 +1287,7 @@ def _dumps(
 
 
 def _loads(payload: bytes) -> StoredEntry:
-    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fake_mode = OffsetKeepingFakeTensorMode(allow_non_fake_inputs=True)
     (analysis, joint_payload, artifacts, facts), graphs, examples, fakes = _loads_graphs(payload, fake_mode)
     return StoredEntry(analysis, graphs, fake_mode, joint_payload, artifacts, facts, examples, fakes)
 

@@ -581,6 +581,12 @@ def _static(t: torch.Tensor) -> bool:
     return not any(isinstance(x, torch.SymInt) for x in (*t.shape, *t.stride()))
 
 
+def _at_offset_zero(t: torch.Tensor) -> bool:
+    """``t``'s storage offset is 0 (a symbolic one the shape environment cannot prove 0
+    counts as not: no guard is added)."""
+    return statically_known_true(t.storage_offset() == 0)
+
+
 def _known_equal(a: Any, b: Any) -> bool:
     """Two sizes or strides are the same for every value of their symbols (no guard is added:
     where the shape environment cannot tell, they count as different)."""
@@ -650,10 +656,22 @@ def _keeping_layout(root: FunctionalTensor, func, args: tuple, kwargs: dict, *, 
             # buffer in its own strides would hold its elements only, and an as_strided of it
             # would read that buffer's gaps, not the caller's: view_geometry._relaid_out
             # refuses it or merges the input into a synthetic base where laid out otherwise)
-            like = torch.empty_like(old)
-            if not dense and keeps and _known_equal(new.stride(), like.stride()):
-                return out  # the unused empty_like is dropped with the trace's dead code
-            relaid = torch.ops.aten.copy.default(like, new)
+            if dense and not _at_offset_zero(old) and (old.is_contiguous() or not old.requires_grad):
+                # (a dense input at a storage offset, ``x[:, 1:]``: ``empty_like`` would move
+                # its elements to offset 0, where an ``as_strided`` record of it, replayed on
+                # the new value with its absolute offset, names other elements than eager's;
+                # the new value in the old one's exact layout, offset included, as the
+                # caller's tensor is. ``as_strided_scatter`` asserts on a non-contiguous
+                # value requiring grad: those keep ``empty_like``, and an ``as_strided`` of
+                # them after the write is view_geometry's to refuse)
+                relaid = torch.ops.aten.as_strided_scatter.default(
+                    old, new, old.shape, old.stride(), old.storage_offset()
+                )
+            else:
+                like = torch.empty_like(old)
+                if not dense and keeps and _known_equal(new.stride(), like.stride()):
+                    return out  # the unused empty_like is dropped with the trace's dead code
+                relaid = torch.ops.aten.copy.default(like, new)
         # in the op's grad mode: functionalization counts this as part of its mutation
         root.replace_(relaid)
         root.commit_update()

@@ -32,6 +32,7 @@ from ..partition import grad_tangent_dependencies, saved_values, tag_forward_nod
 from .aliasing import InputAliasing, outputs_on_call_inputs, plan_input_aliasing
 from .analysis import Analysis, analyze, reject_inplace_on_leaves, reorders_elements
 from .cache import EntryStore, StoredEntry
+from .fake_mode import OffsetKeepingFakeTensorMode
 from .frontend import EntryGuard, InputLayout, layout_for
 from .higher_order import DifferentiableBackward
 from .partial_backward import PartialBackwards
@@ -203,10 +204,10 @@ class _NeedsStaticTrace(Exception):
 
 def _fake_mode(symbolic: SymbolicLeaves | None) -> FakeTensorMode:
     if symbolic is None:
-        return FakeTensorMode(allow_non_fake_inputs=True)
+        return OffsetKeepingFakeTensorMode(allow_non_fake_inputs=True)
     # Data-dependent sizes raise as in a static trace (the same error, naming the op).
     shape_env = ShapeEnv(allow_scalar_outputs=False, allow_dynamic_output_shape_ops=False)
-    return FakeTensorMode(allow_non_fake_inputs=True, shape_env=shape_env)
+    return OffsetKeepingFakeTensorMode(allow_non_fake_inputs=True, shape_env=shape_env)
 
 
 def _fake_call(layout: InputLayout, call_inputs: list[Any], symbolic: SymbolicLeaves | None, fake_mode: FakeTensorMode) -> list[Any]:
