@@ -996,7 +996,7 @@ def _traced_backward(
         [f_primals[i] for i in signature.mutated_inputs], md.graph_values(out_leaves, signature.user_outputs), bases
     )
     _tangent_placeholders(tangents)
-    mode = FunctionalTensorMode()
+    mode = UncheckedMetadataOps()
     with mode:
         f_tangents = [to_functional(t) for t in tangents]
     after_forward = [_mutation_state(f) for f in f_primals]
