@@ -435,19 +435,20 @@ def outputs_on_call_inputs(
             # bases sees that (shared version counter); taken where the call's run agrees
             # that eager's view was made in no_grad mode.
             invalidated, step = o_call.invalidated, o_call.multi_output_step
-            without_grad_fn = o_call.invalidated_without_grad_fn
+            without_grad_fn, last_step = o_call.invalidated_without_grad_fn, o_call.last_view_step
             # a no_grad view of an input that requires grad only through a sibling's mutation
             # (only the run over bases has it require grad): eager's requires grad without a
             # grad_fn, so it is rebuilt under no_grad (fuzz seed 7006432)
             no_grad_view = o_call.no_grad_view or (o_base.no_grad_view and not o_call.requires_grad)
             if o_base.invalidated == "NO_GRAD_MODE" and no_grad_view:
-                invalidated = o_base.invalidated
-            elif o_base.invalidated == "MULTI_OUTPUT_NODE" and o_base.multi_output_step is not None:
-                # (its chain over the base ends with the same multi-output op as the caller's;
+                invalidated, last_step = o_base.invalidated, o_base.last_view_step
+            elif o_base.invalidated == "MULTI_OUTPUT_NODE" and (o_base.multi_output_step is not None or o_call.multi_output_view):
+                # (its chain over the base ends with the same multi-output op as the caller's,
+                # or the caller's is a view of a multi-output view too;
                 # made before a sibling's mutation gave the input a history, it has no grad_fn,
                 # which only that run sees: autograd's error says "A view was created in no_grad mode")
                 invalidated, step = o_base.invalidated, o_base.multi_output_step
-                without_grad_fn = o_base.invalidated_without_grad_fn
+                without_grad_fn, last_step = o_base.invalidated_without_grad_fn, o_base.last_view_step
             # Likewise a write into a sibling makes the view stale: eager regenerates its
             # grad_fn as as_strided off the autograd root, which the call's run does not see
             # (fuzz seed 10004958); the caller's input has the same root as the synthetic
@@ -457,7 +458,7 @@ def outputs_on_call_inputs(
             ) else {}
             o_base = dataclasses.replace(
                 o_call, requires_grad=o_base.requires_grad, no_grad_view=no_grad_view, invalidated=invalidated,
-                multi_output_step=step, invalidated_without_grad_fn=without_grad_fn, **root,
+                multi_output_step=step, invalidated_without_grad_fn=without_grad_fn, last_view_step=last_step, **root,
             )
         elif o_base.storage_of_input is not None:
             # a detach()ed alias with its own history: rebuilt off the caller's input

@@ -951,9 +951,13 @@ def analyze(
             "invalidated": _invalidated_view(o, (fake_mode, mode), geometry),
         }
         common["size"], common["stride"], common["storage_offset"] = geometry.geometry(o)
+        if o._base is not None and torch._C._autograd._get_creation_meta(o) == torch._C._autograd.CreationMeta.MULTI_OUTPUT_NODE:
+            common["multi_output_view"] = True
         if common["invalidated"] == "MULTI_OUTPUT_NODE":
             common["multi_output_step"] = _multi_output_step(o)
             common["invalidated_without_grad_fn"] = _without_grad_fn(o, (fake_mode, mode))
+        if common["invalidated"] in _INVALIDATING_HISTORY:
+            common["last_view_step"] = _last_view_step(o, (fake_mode, mode), geometry)
         if id(o) in seen_outputs:
             first = output_info[seen_outputs[id(o)]]
             output_info.append(
@@ -1602,6 +1606,25 @@ def _without_grad_fn(o: FunctionalTensor, modes: tuple[Any, ...]) -> bool:
     except RuntimeError as exc:
         return str(exc).startswith("A view was created in")
     return False
+
+
+def _last_view_step(o: FunctionalTensor, modes: tuple[Any, ...], geometry: EagerViewGeometry) -> tuple | None:
+    """The view op that made eager's invalidated view ``o`` (a view of a multi-output or
+    no_grad view) where eager's ``o`` has a ``grad_fn``, whose name autograd's error gives
+    (``Output 0 of T is a view and its base ... modified inplace``): the runtime makes the
+    view by that op (``runtime._last_step_view``). None where ``o`` has no ``grad_fn``
+    (the error names none) or no such op is recorded."""
+    step = geometry.last_step(o)
+    if step is None:
+        return None
+    try:
+        with contextlib.ExitStack() as stack:
+            for m in modes:
+                stack.enter_context(m)
+            o.grad_fn  # noqa: B018
+    except RuntimeError as exc:
+        return tuple(step) if str(exc).startswith("Output ") else None
+    return None
 
 
 def _multi_output_step(o: FunctionalTensor) -> tuple | None:

@@ -388,7 +388,7 @@ class EagerRewrites(TorchFunctionMode):
                 rebase_restrided_view(args[0], root)
             return out
         if func in _AS_STRIDED and args and _as_strided_of_base(args[0], args[1:], kwargs):
-            return func(args[0]._base, *args[1:], **kwargs)
+            return _with_creation_meta_of(func(args[0]._base, *args[1:], **kwargs), args[0])
         if (inplace_call := _inplace_functional(func, args, kwargs)) is not None:
             # ``F.relu(v, inplace=True)`` writes ``v`` with ``relu_`` inside the call, which
             # this mode does not see: made an in-place op of ``v``, whose write through the
@@ -778,6 +778,22 @@ def _as_strided_of_detached(
             break
     with torch.no_grad():
         return func(source, size, stride, offset).detach()
+
+
+def _with_creation_meta_of(out: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """``out`` (``v._base.as_strided(...)``, for ``v.as_strided(...)``) with the creation meta
+    eager's view of ``v`` inherits: a view of a no_grad or multi-output view is one too
+    (autograd's ``propagate_creation_meta``), so a later in-place op with grad recording on
+    its storage makes reading its ``grad_fn`` raise, as eager's (fuzz seed 26015498: taken
+    where neither required grad yet)."""
+    with torch._C.DisableTorchFunction():  # attribute reads, no program ops
+        meta = torch._C._autograd._get_creation_meta(v)
+        if (
+            meta != torch._C._autograd.CreationMeta.DEFAULT and out._base is not None
+            and torch._C._autograd._get_creation_meta(out) == torch._C._autograd.CreationMeta.DEFAULT
+        ):
+            torch._C._autograd._set_creation_meta(out, meta)
+    return out
 
 
 def _as_strided_of_base(v: torch.Tensor, args: tuple, kwargs: dict) -> bool:

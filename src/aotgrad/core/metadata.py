@@ -190,6 +190,14 @@ class OutputInfo:
     #: for an ``invalidated`` multi-output view: eager's had no grad_fn (made while its
     #: base required no grad), so autograd's error begins "A view was created in no_grad mode"
     invalidated_without_grad_fn: bool = False
+    #: eager's output is a multi-output view or a view taken of one (autograd's creation
+    #: meta ``MULTI_OUTPUT_NODE``), stale or not: the run over synthetic bases, where a
+    #: sibling's write makes it stale, is trusted to have made it so too
+    multi_output_view: bool = False
+    #: for an ``invalidated`` multi-output or no_grad view with a ``grad_fn`` that another
+    #: view op made (of such a view): that op (``view_geometry.LastViewStep``), applied last
+    #: by the runtime so that autograd's error names it as eager's (``Output 0 of T``)
+    last_view_step: tuple | None = None
     #: a ``non_alias`` output that eager made from a ``detach()``ed alias of this call input
     #: by an in-place op with an operand requiring grad: it shares the input's storage (no
     #: view) but has its own autograd history; the graph computes its value (with a tangent)

@@ -95,7 +95,9 @@ def _invalidated_view(base: torch.Tensor, info: OutputInfo, geometry: tuple | No
         if history:
             _set_grad_enabled(True)
             base.requires_grad_(True)
-        out = _multi_output_view(base, info, geometry)
+        out = _last_step_view(base, info, geometry)
+        if out is None:
+            out = _multi_output_view(base, info, geometry)
         if out is None:
             out = _regenerate(base, info, geometry)
     finally:
@@ -123,6 +125,57 @@ def _made_with_history_since_detached(base: torch.Tensor, info: OutputInfo) -> b
         and not info.detached and not base.requires_grad and base.is_leaf and not base._is_view()
         and (base.is_floating_point() or base.is_complex())
     )
+
+
+def _last_step_view(base: torch.Tensor, info: OutputInfo, geometry: tuple | None) -> torch.Tensor | None:
+    """The invalidated view ``info`` (a multi-output view, or a view of one or of a no_grad
+    view, with a grad_fn) made, as eager's, by the view op the program made it with
+    (``info.last_view_step``, a ``view_geometry.LastViewStep``), of an ``as_strided`` of
+    ``base`` laid out as eager's input of that op, so that autograd's error names that op
+    and output as eager's does (``Output 0 of T``, ``Output 0 of ReshapeAlias``, ``Output 1
+    of Unbind``). Its grad_fn is made in grad mode, the ``as_strided`` under no_grad where
+    eager's chain began so; where an in-place metadata op under no_grad re-laid the view
+    out since, ``as_strided_`` under no_grad gives it its geometry (eager's grad_fn is still
+    the op's). None where the plain rebuild is used: no such op recorded, a detached or
+    dtype view, a layout the storage cannot hold, or a result that is not the view's
+    geometry (the view is the same view whichever way it is made: only the name differs)."""
+    step = info.last_view_step
+    if step is None or info.detached or base.dtype != info.dtype or not base.requires_grad:
+        return None
+    name, attribute, args, kwargs, (size, stride, offset), output, relaid = step
+    if offset < 0 or (
+        all(n > 0 for n in size)
+        and (offset + sum((n - 1) * st for n, st in zip(size, stride))) * base.element_size() >= base.untyped_storage().nbytes()
+    ):
+        return None
+    expected = _view_geometry(base, info) if geometry is None else geometry
+    expected = (tuple(expected[0]), tuple(expected[1]), expected[2])
+    prev = torch.is_grad_enabled()
+    try:
+        _set_grad_enabled(not info.no_grad_steps)
+        source = base.as_strided(size, stride, offset)
+        _set_grad_enabled(True)
+        out = getattr(source, name) if attribute else getattr(source, name)(*args, **dict(kwargs))
+        if output is not None:
+            out = out[output]
+        if not isinstance(out, torch.Tensor) or out.grad_fn is None:
+            return None
+        if relaid:
+            # (with eager's creation meta first: an in-place op on an ordinary view would
+            # have its grad_fn regenerated as AsStrided; the counter as before: the caller
+            # (_invalidated_view) leaves it past the view's, as eager's)
+            torch._C._autograd._set_creation_meta(out, getattr(torch._C._autograd.CreationMeta, info.invalidated))
+            _set_grad_enabled(False)
+            made_at = base._version
+            out.as_strided_(*expected)
+            _set_version_counter((base,), (made_at,))
+    except (RuntimeError, TypeError, IndexError, ValueError):  # not the op's input after all
+        return None
+    finally:
+        _set_grad_enabled(prev)
+    if (tuple(out.shape), out.stride(), out.storage_offset()) != expected:
+        return None
+    return out
 
 
 def _multi_output_view(base: torch.Tensor, info: OutputInfo, geometry: tuple | None) -> torch.Tensor | None:

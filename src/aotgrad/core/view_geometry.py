@@ -38,7 +38,7 @@ from .op_args import tree_leaves
 from .overlapping_writes import _location_set
 from .stale_views import StaleViewUses, changed_in_place, same_addressing, version_of, writes_through_source
 
-__all__ = ["EagerViewGeometry", "Geometry", "RestrideStep", "as_strided_geometry", "functional_geometry", "rebased_root", "restride_drops_gradient", "restrides_within"]
+__all__ = ["EagerViewGeometry", "Geometry", "LastViewStep", "RestrideStep", "as_strided_geometry", "functional_geometry", "rebased_root", "restride_drops_gradient", "restrides_within"]
 
 Geometry = tuple[tuple[int, ...], tuple[int, ...], int]  # size, stride, storage_offset
 
@@ -239,6 +239,28 @@ class RestrideStep(NamedTuple):
     in_place: bool
 
 
+class LastViewStep(NamedTuple):
+    """The view op the program called last to make a view: the op eager's
+    autograd names in the view's ``grad_fn`` (``TBackward0``, ``ReshapeAliasBackward0``: a
+    ``reshape`` of a strided input). Rebuilt off ``source``, it makes a view whose
+    ``grad_fn`` has eager's name (``runtime._last_step_view``)."""
+
+    #: the ``torch.Tensor`` method (``"transpose"``, ``"__getitem__"``) or, with
+    #: ``attribute``, property (``"mT"``)
+    name: str
+    attribute: bool
+    #: the arguments after the tensor (no tensor, no symbolic value), and the keyword ones
+    args: tuple
+    kwargs: tuple[tuple[str, Any], ...]
+    #: eager's (size, stride, storage_offset) of the tensor the op was applied to (static)
+    source: Geometry
+    #: which output of a multi-output op (``split``) the view is; None for a single output
+    output: int | None = None
+    #: an in-place metadata op (under no_grad: eager's autograd refuses one on such a view
+    #: otherwise) re-laid out the view since: its grad_fn is still the op's
+    relaid: bool = False
+
+
 class EagerViewGeometry(TorchFunctionMode):
     """Shadows the inputs' (and their views') eager layout during the analysis run.
 
@@ -273,6 +295,9 @@ class EagerViewGeometry(TorchFunctionMode):
         #: ``AsStridedBackward0`` off its root (the ``CopySlices`` there), as for a stale view
         #: (:meth:`regenerated`; fuzz seed 18000437)
         self.rebased: dict[int, torch.Tensor] = {}
+        #: id(view) -> (the view, the :class:`LastViewStep` that made it), for views a
+        #: single-output view op of a ``torch.Tensor`` method or property made
+        self.last_steps: dict[int, tuple[torch.Tensor, LastViewStep]] = {}
         #: id(view) -> (the view, the user's frame that took it)
         self.view_frames: dict[int, tuple[torch.Tensor, traceback.FrameSummary | None]] = {}
         #: id(view) -> (the view, its as_strided steps taken since the stale view, the user's
@@ -978,6 +1003,66 @@ class EagerViewGeometry(TorchFunctionMode):
             "after the metadata op, or of a clone()."
         )
 
+    def _note_last_step(self, func, name: str, args: tuple, kwargs: dict, out: Any) -> None:
+        """Record the :class:`LastViewStep` of each view of ``args[0]`` that ``func`` returned
+        (one output, or each of a tuple's: ``split``), where ``func`` is called as a
+        ``torch.Tensor`` method, property or ``torch`` function, with static arguments (a
+        tensor only as ``view_as``'s shape) and eager's geometry of ``args[0]`` known. An
+        in-place metadata op on a view marks its step ``relaid``."""
+        if not args or not isinstance(args[0], FunctionalTensor):
+            return
+        if name in _METADATA_INPLACE and out is args[0]:
+            entry = self.last_steps.get(id(out))
+            if entry is not None and entry[0] is out:
+                if torch.is_grad_enabled():  # (autograd rebases the view's history)
+                    del self.last_steps[id(out)]
+                else:
+                    self.last_steps[id(out)] = (out, entry[1]._replace(relaid=True))
+            return
+        results = out if isinstance(out, (tuple, list)) else (out,)
+        views = [
+            (k, r) for k, r in enumerate(results)
+            if isinstance(r, FunctionalTensor) and r is not args[0] and r._base is not None and _is_alias(r, args[0])
+        ]
+        if not views or (len(views) > 1 and len(views) != len(results)):
+            return
+        step = self._view_step(func, name, args, kwargs)
+        if step is None:
+            return
+        for k, r in views:
+            self.last_steps[id(r)] = (r, step._replace(output=k if isinstance(out, (tuple, list)) else None))
+
+    def _view_step(self, func, name: str, args: tuple, kwargs: dict) -> LastViewStep | None:
+        """``func(*args, **kwargs)`` as a :class:`LastViewStep` (None: it cannot be one)."""
+        attribute = name == "__get__"
+        if attribute:
+            name = getattr(getattr(func, "__self__", None), "__name__", "")
+            if name in ("_base", "data", "grad") or not isinstance(getattr(torch.Tensor, name, None), type(torch.Tensor.mT)):
+                return None
+        elif not hasattr(torch.Tensor, name) or not any(
+            func is getattr(owner, name, None) for owner in (torch.Tensor, torch._C.TensorBase, torch)
+        ):
+            return None
+        rest = tuple(args[1:])
+        if name in _SHAPED_LIKE:
+            # (``view_as(other)`` is ``view(other.shape)``: autograd records the latter)
+            if len(rest) != 1 or kwargs or not isinstance(rest[0], torch.Tensor):
+                return None
+            name, rest = name[: -len("_as")], (tuple(rest[0].shape),)
+        leaves = tree_leaves((rest, kwargs))
+        leaves += [x for a in leaves if isinstance(a, slice) for x in (a.start, a.stop, a.step)]
+        if any(isinstance(a, (torch.Tensor, torch.SymInt, torch.SymFloat, torch.SymBool)) for a in leaves):
+            return None
+        source = self.known_geometry(args[0])
+        if source is None or any(not isinstance(v, int) for v in (*source[0], *source[1], source[2])):
+            return None
+        return LastViewStep(name, attribute, rest, tuple(kwargs.items()), source)
+
+    def last_step(self, t: torch.Tensor) -> LastViewStep | None:
+        """The :class:`LastViewStep` that made the view ``t`` (None: none recorded)."""
+        entry = self.last_steps.get(id(t))
+        return entry[1] if entry is not None and entry[0] is t else None
+
     def no_grad_prefix(self, t: torch.Tensor) -> int:
         """How many leading steps of ``t``'s view chain (from its storage's root) were made
         under no_grad of a base that requires grad (0: none)."""
@@ -1135,6 +1220,7 @@ class EagerViewGeometry(TorchFunctionMode):
             before = self._history_before(name, args, version)
         out = self._run(func, args, kwargs, version)
         with torch._C.DisableTorchFunction():
+            self._note_last_step(func, name, args, kwargs, out)
             self._note_restride_steps(name, before, out)
             if restride is not None:
                 self.restrided.setdefault(StorageWeakRef(args[0].untyped_storage()), []).append(restride)
