@@ -9,8 +9,9 @@ runtime rebuilds aliased outputs and re-strides mutated inputs from these number
 must be eager's.
 
 :class:`EagerViewGeometry` keeps, for each input and each view derived from one, a *shadow*:
-a meta tensor laid out as eager lays the tensor out. Every view op and in-place metadata op
-the program applies to a shadowed tensor is applied to its shadow too (outside the tracing
+a meta tensor laid out as eager lays the tensor out. Every view op (view properties such as
+``.mT`` included) and in-place metadata op the program applies to a shadowed tensor is
+applied to its shadow too (outside the tracing
 modes: meta tensors hold no data), so a shadow's geometry is eager's at every step.
 """
 
@@ -1423,7 +1424,7 @@ class EagerViewGeometry(TorchFunctionMode):
     def _follow(self, func, name: str, args: tuple, kwargs: dict, shadow: torch.Tensor, out: Any) -> None:
         """Apply to ``shadow`` what ``func`` did to ``args[0]`` (an in-place metadata op), or
         shadow the views of ``args[0]`` that ``func`` returned."""
-        if _shadow_args(name, args, kwargs) is None:
+        if _shadow_args(name, args, kwargs, func) is None:
             return
         if name in _UNSHADOWABLE:
             del self.shadows[id(args[0])]
@@ -1442,7 +1443,7 @@ class EagerViewGeometry(TorchFunctionMode):
         """Shadow the views of ``args[0]`` (shadowed by ``shadow``, or by what ``shadow()``
         returns, asked only where there are views) that ``func`` returned: ``func`` applied
         to the shadow. ``note_no_grad``: also record their no_grad prefix."""
-        rest = _shadow_args(name, args, kwargs)
+        rest = _shadow_args(name, args, kwargs, func)
         if rest is None:
             return
         results = out if isinstance(out, (tuple, list)) else (out,)
@@ -1664,12 +1665,18 @@ def _raise_eager_view_error(name: str, args: tuple, kwargs: dict, shadow: torch.
             raise RuntimeError(str(exc)) from None
 
 
-def _shadow_args(name: str, args: tuple, kwargs: dict) -> tuple | None:
-    """The arguments after ``args[0]`` to apply ``name`` to a shadow with; None where the op
-    makes no view a shadow can follow (an attribute read; tensor arguments, which index by
-    data and copy)."""
+#: tensor properties that are views of the tensor (``x.mT``: a transpose)
+_VIEW_PROPERTIES = frozenset({"T", "mT", "H", "mH", "real", "imag"})
+
+
+def _shadow_args(name: str, args: tuple, kwargs: dict, func: Any = None) -> tuple | None:
+    """The arguments after ``args[0]`` to apply ``name`` (``func``) to a shadow with; None
+    where the op makes no view a shadow can follow (an attribute read other than a view
+    property, :data:`_VIEW_PROPERTIES`; tensor arguments, which index by data and copy)."""
     if name == "__get__":
-        return None  # an attribute (``._base``) is no new view
+        # an attribute (``._base``) is no new view; a view property's getter (``func``)
+        # applies to the shadow as it is
+        return () if getattr(getattr(func, "__self__", None), "__name__", None) in _VIEW_PROPERTIES else None
     rest = args[1:]
     if name in _SHAPED_LIKE and len(rest) == 1 and isinstance(rest[0], torch.Tensor) and not kwargs:
         with _outside_tracing():  # only the other tensor's shape matters
