@@ -1012,7 +1012,7 @@ class EagerViewGeometry(TorchFunctionMode):
         in-place metadata op on a view marks its step ``relaid``."""
         if not args or not isinstance(args[0], FunctionalTensor):
             return
-        if name in _METADATA_INPLACE and out is args[0]:
+        if name in RELAYING_INPLACE and out is args[0]:
             entry = self.last_steps.get(id(out))
             if entry is not None and entry[0] is out:
                 if torch.is_grad_enabled():  # (autograd rebases the view's history)
