@@ -446,6 +446,35 @@ class EagerViewGeometry(TorchFunctionMode):
             self.outside_caller_storages.add(self.caller_storage[storage])
         return in_bounds
 
+    def _view_of_relaid_input_left_to_base_run(self, args: tuple, kwargs: dict) -> tuple | None:
+        """The arguments to run ``as_strided``/``as_strided_`` of ``args[0]`` with in this run,
+        where it is a view of an input without autograd history (``unrecorded_partial_storages``)
+        that functionalization lays out otherwise than eager (:func:`_relaid_out`: an
+        in-place op replaced the value of a sliced input by a dense one at offset 0, so the
+        view's offsets, replayed on it, name other elements: fuzz seed 17004553); None
+        elsewhere (the op runs as it is).
+
+        As for the input itself (:meth:`_restride_left_to_base_run`), the storage is left to
+        the run over a synthetic base for the input (``restrided_partial_storages``; its data
+        changed, so it is merged), whose value is the caller's root laid out as eager's; this
+        run's values are not used, so the layout only has to fit the functional storage."""
+        t = args[0]
+        base = t._base if isinstance(t, FunctionalTensor) else None
+        base_shadow = self._shadow(base)
+        if base_shadow is None or not self._without_history(base) or not _value_laid_out_otherwise(base, base_shadow):
+            return None
+        in_bounds = self._as_strided_of_merged_input("as_strided", args, kwargs)
+        if in_bounds is None:
+            raise AotgradCompileError(
+                f"aotgrad: as_strided at {current_user_line()} of a view of an input that an in-place "
+                "op laid out otherwise than eager (a sliced or non-contiguous input): its offsets and "
+                "strides would name other elements. Take as_strided before the in-place op, or of a clone()."
+            )
+        storage = StorageWeakRef(t.untyped_storage())
+        self.restrided_partial_storages.add(storage)
+        self.outside_caller_storages.add(self.caller_storage[storage])
+        return in_bounds
+
     def _shadow(self, t: Any) -> torch.Tensor | None:
         entry = self.shadows.get(id(t)) if isinstance(t, FunctionalTensor) else None
         return entry[1] if entry is not None and entry[0] is t else None
@@ -1263,6 +1292,8 @@ class EagerViewGeometry(TorchFunctionMode):
                     "op on it): its offsets and strides would name other elements. Take as_strided "
                     "before the in-place op, or of a clone()."
                 )
+        elif name in _STORAGE_ADDRESSING and (deferred := self._view_of_relaid_input_left_to_base_run(args, kwargs)):
+            call_args = deferred
         if name == "as_strided_" and _past_functional_storage(args, kwargs, shadow) and (
             (call_args := self._restride_left_to_base_run(args, kwargs)) is None
         ):
@@ -1725,6 +1756,13 @@ def _relaid_out(t: FunctionalTensor, shadow: torch.Tensor) -> bool:
     with torch._C.DisableTorchFunction():
         if functionalization.get_view_meta_sequence(t.elem):
             return False
+    return _value_laid_out_otherwise(t, shadow)
+
+
+def _value_laid_out_otherwise(t: FunctionalTensor, shadow: torch.Tensor) -> bool:
+    """Functionalization's value for ``t`` (an autograd root: an input, re-laid out by its
+    own in-place metadata ops or not) is laid out unlike eager's tensor (``shadow``)."""
+    with torch._C.DisableTorchFunction():
         torch._sync(t)
         return not same_addressing(_geometry(torch._from_functional_tensor(t.elem)), _geometry(shadow))
 
