@@ -3335,3 +3335,48 @@ def f(a, b, c, d):
         modes=['grad'],
         seed=13348,
     )
+
+
+@XFAIL("open, silent (fuzz seed 33010476): t4 = t1.permute(1, 0, 2) of a clone t1 of a sliced input, then t1.transpose_(0, 2) with grad recording, then t4 @ t4.mT: base0.grad differs from eager's (the outputs match)")
+def test_seed_33010476():
+    """A view of an intermediate taken before an in-place metadata op on the intermediate (recorded), then used: the gradient through it differs from eager's, silently. Open."""
+    check_case(
+        source='''
+def f(a, s, opt):
+    t0 = a[:, 1:2]
+    t1 = t0.clone()
+    t2 = t1.mT @ t1
+    t3 = torch.tanh(a)
+    t4 = t1.permute(1, 0, 2)
+    t5 = t4.mT @ t4
+    t1.transpose_(0, 2)
+    t6 = t4 @ t5
+    t4.add_(1)
+    t8 = t6.add(t5, alpha=2)
+    t9 = t4 @ t4.mT
+    t10 = t9.contiguous()
+    return t10, a, a
+''',
+        inputs={'bases': [{'shape': [2, 3, 3], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.permute(2, 0, 1)'}, {'kind': 'value', 'value': -1.5}, {'kind': 'value', 'value': 1.5}]},
+        post=[],
+        modes=['grad'],
+        seed=10476,
+    )
+
+
+@XFAIL("open, silent (fuzz seed 34018504): a (x.clone(), requires grad) re-strided by a.as_strided_((3, 3), (1, 1), 1) onto itself overlapping, then a[0] = 1.0, a returned: base0.grad differs from eager's; the refusal of recorded writes through views of overlapping bases (seed 19003932) does not reach this input")
+def test_seed_34018504():
+    """A recorded write through a view of an input that as_strided_ laid out overlapping itself: the gradient differs from eager's CopySlices, silently. Open."""
+    check_case(
+        source='''
+def f(a):
+    a.as_strided_((3, 3), (1, 1), 1)
+    t0 = a.select(1, 1)
+    a[0] = 1.0
+    return a, t0, a
+''',
+        inputs={'bases': [{'shape': [4, 2], 'dtype': 'float64', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.clone()'}]},
+        post=[],
+        modes=['grad', 'grad'],
+        seed=18504,
+    )

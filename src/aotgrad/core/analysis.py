@@ -1594,18 +1594,24 @@ _INVALIDATING_HISTORY = ("MULTI_OUTPUT_NODE", "NO_GRAD_MODE")
 _MULTI_OUTPUT_VIEW_METAS = {"unbind_int_ViewMeta": "unbind", "split_Tensor_ViewMeta": "split", "split_with_sizes_ViewMeta": "split_with_sizes"}
 
 
-def _without_grad_fn(o: FunctionalTensor, modes: tuple[Any, ...]) -> bool:
-    """Eager's invalidated view ``o`` was made without a grad_fn (its base required no grad
-    then): autograd's error on it says "A view was created in no_grad mode" (the analysis
-    run's autograd raises eager's words)."""
+def _grad_fn_error(o: FunctionalTensor, modes: tuple[Any, ...]) -> str | None:
+    """The message of the error reading ``o.grad_fn`` raises under ``modes`` (the analysis
+    run's autograd raises eager's words); None where it raises none."""
     try:
         with contextlib.ExitStack() as stack:
             for m in modes:
                 stack.enter_context(m)
             o.grad_fn  # noqa: B018
     except RuntimeError as exc:
-        return str(exc).startswith("A view was created in")
-    return False
+        return str(exc)
+    return None
+
+
+def _without_grad_fn(o: FunctionalTensor, modes: tuple[Any, ...]) -> bool:
+    """Eager's invalidated view ``o`` was made without a grad_fn (its base required no grad
+    then): autograd's error on it says "A view was created in no_grad mode"."""
+    error = _grad_fn_error(o, modes)
+    return error is not None and error.startswith("A view was created in")
 
 
 def _last_view_step(o: FunctionalTensor, modes: tuple[Any, ...], geometry: EagerViewGeometry) -> tuple | None:
@@ -1617,14 +1623,8 @@ def _last_view_step(o: FunctionalTensor, modes: tuple[Any, ...], geometry: Eager
     step = geometry.last_step(o)
     if step is None:
         return None
-    try:
-        with contextlib.ExitStack() as stack:
-            for m in modes:
-                stack.enter_context(m)
-            o.grad_fn  # noqa: B018
-    except RuntimeError as exc:
-        return tuple(step) if str(exc).startswith("Output ") else None
-    return None
+    error = _grad_fn_error(o, modes)
+    return tuple(step) if error is not None and error.startswith("Output ") else None
 
 
 def _multi_output_step(o: FunctionalTensor) -> tuple | None:
