@@ -288,3 +288,31 @@ def test_recorded_write_through_view_of_input_the_caller_laid_out_to_overlap(cal
         check(f, make)  # the view itself has a stride-0 dim: eager's mul_ raises, so does aotgrad
         return
     _eager_or_refused(f, make, ("v.mul_(w)", "input 0"))
+
+
+#: ``t[i] = v`` of the overlapping tensor itself: eager writes through the view ``t[i]``,
+#: whose ``CopySlices`` is at ``t`` (fuzz seed 34018504: an input was missed)
+INDEXED_BASES = {
+    **BASES,
+    "input_requiring_grad": lambda a, w: a,
+}
+INDICES = {"first": 0, "second": 1, "slice": slice(0, 1), "column": (slice(None), 1)}
+VALUES = {"constant": lambda w: 1.0, "requiring_grad": lambda w: w}
+
+
+@pytest.mark.parametrize("value", sorted(VALUES))
+@pytest.mark.parametrize("index", sorted(INDICES))
+@pytest.mark.parametrize("geometry", sorted(OVERLAPPING))
+@pytest.mark.parametrize("base", sorted(INDEXED_BASES))
+def test_recorded_setitem_into_overlapping_tensor_itself(base, geometry, index, value):
+    def f(a, w):
+        t = INDEXED_BASES[base](a, w)
+        t.as_strided_(*OVERLAPPING[geometry])
+        t[INDICES[index]] = VALUES[value](w)
+        return t * 2, t.sum()
+
+    def make():
+        a, w = _make()
+        return (a.requires_grad_().clone() if base == "input_requiring_grad" else a), w
+
+    _eager_or_refused(f, make, "t[INDICES[index]] = VALUES[value](w)")

@@ -3364,9 +3364,10 @@ def f(a, s, opt):
     )
 
 
-@XFAIL("open, silent (fuzz seed 34018504): a (x.clone(), requires grad) re-strided by a.as_strided_((3, 3), (1, 1), 1) onto itself overlapping, then a[0] = 1.0, a returned: base0.grad differs from eager's; the refusal of recorded writes through views of overlapping bases (seed 19003932) does not reach this input")
+@XFAIL("refused at compile time (docs/user-guide.md): a[0] = 1.0 writes, recorded by autograd, through a view of the input a, which as_strided_ laid out overlapping itself (was: a silent gradient divergence, base0.grad; overlapping_writes._refuse_recorded_write_into_overlapping_base missed t[i] = v of the tensor itself)")
 def test_seed_34018504():
-    """A recorded write through a view of an input that as_strided_ laid out overlapping itself: the gradient differs from eager's CopySlices, silently. Open."""
+    """A recorded write through a view of an input that as_strided_ laid out overlapping itself
+    (tests/test_overlapping_base_backward.py, test_recorded_setitem_into_overlapping_tensor_itself)."""
     check_case(
         source='''
 def f(a):

@@ -116,7 +116,7 @@ class EagerRewrites(TorchFunctionMode):
     def __init__(
         self, reroot_is_exact: Callable[[FunctionalTensor, list[FunctionalTensor]], bool] | None = None,
         addressed_as_eager: Callable[..., bool] | None = None,
-        copy_slices_layout: Callable[[FunctionalTensor], tuple | None] | None = None,
+        copy_slices_layout: Callable[[FunctionalTensor, bool], tuple | None] | None = None,
     ) -> None:
         super().__init__()
         #: the program has used a tensor whose size-1 dims have strides a contiguous tensor

@@ -217,7 +217,7 @@ def _written(func: Any, args: tuple, kwargs: dict) -> tuple[str, Any] | None:
 def overlapping_write(
     func: Any, args: tuple, kwargs: dict, commit: Callable[[FunctionalTensor, torch.Tensor], None],
     *, by_location: bool = False, alias_source: Callable[[FunctionalTensor], Any] | None = None,
-    copy_slices_layout: Callable[[FunctionalTensor], tuple | None] | None = None,
+    copy_slices_layout: Callable[[FunctionalTensor, bool], tuple | None] | None = None,
 ) -> tuple[bool, Any]:
     """Run the in-place op ``func(*args, **kwargs)`` as a write of its destination's root
     where the destination overlaps itself or is a view through an overlapping step (see the
@@ -230,7 +230,7 @@ def overlapping_write(
     autograd does not record it and that the sizes, strides and offsets are eager's).
     ``alias_source(t)``: the tensor ``t`` is an alias of, where functionalization holds ``t``
     as a view without an autograd base (a ``detach()``, a ``view(dtype)``), else None
-    (:func:`write_root`). ``copy_slices_layout(dest)``: eager's layout of the tensor eager's
+    (:func:`write_root`). ``copy_slices_layout(dest, itself)``: eager's layout of the tensor eager's
     autograd records the write on, None where that is not ``dest``'s base as traced; the
     check it serves (:func:`_refuse_recorded_write_into_overlapping_base`) is skipped where
     None is passed (the trace after the analysis)."""
@@ -352,7 +352,7 @@ def overlapping_write(
 
 def _refuse_recorded_write_into_overlapping_base(
     func: Any, name: str, dest: FunctionalTensor, args: tuple, kwargs: dict,
-    copy_slices_layout: Callable[[FunctionalTensor], tuple | None],
+    copy_slices_layout: Callable[[FunctionalTensor, bool], tuple | None],
 ) -> tuple | None:
     """Eager's layout of ``dest``'s autograd base (``copy_slices_layout(dest)``, eager's
     ``CopySlices`` base) where autograd records the write ``func`` (``name``) through the view
@@ -372,12 +372,15 @@ def _refuse_recorded_write_into_overlapping_base(
     A stride-0 layout is returned, not refused: eager's backward of the write raises
     (``copy_`` into it), noted on the write's node by :func:`_write_locations`."""
     with torch._C.DisableTorchFunction():
-        base = dest._base
+        # ``t[i] = v`` of a tensor that is no view writes through the view ``t[i]``, whose
+        # CopySlices is at ``t`` itself (fuzz seed 34018504)
+        itself = name == "__setitem__" and dest._base is None
+        base = dest if itself else dest._base
         if base is None or not torch.is_grad_enabled():
             return None
         if not any(isinstance(t, torch.Tensor) and t.requires_grad for t in pytree.tree_leaves((args, kwargs))):
             return None  # autograd records nothing: no CopySlices
-        base_layout = copy_slices_layout(dest)
+        base_layout = copy_slices_layout(dest, itself)
         base_had_history = base.requires_grad
     if base_layout is None:
         return None

@@ -498,12 +498,13 @@ class EagerViewGeometry(TorchFunctionMode):
             return None
         return self.geometry(t)
 
-    def copy_slices_layout(self, view: FunctionalTensor) -> Geometry | None:
+    def copy_slices_layout(self, view: FunctionalTensor, itself: bool = False) -> Geometry | None:
         """Eager's layout of the tensor eager's autograd puts a write through ``view`` on (its
-        ``CopySlices``): ``view``'s autograd base's eager geometry; None where ``view`` is no
-        view, or its base is an input the caller passed as a view (eager's ``CopySlices`` is
-        at the caller's root, which the program does not see)."""
-        base = view._base
+        ``CopySlices``): ``view``'s autograd base's eager geometry (``itself``: ``view``'s own,
+        the tensor ``view[i] = v`` indexes); None where ``view`` is no view, or its base is an
+        input the caller passed as a view (eager's ``CopySlices`` is at the caller's root,
+        which the program does not see)."""
+        base = view if itself else view._base
         if base is None or self.caller_views.get(id(base)) is base:
             return None
         return self.geometry(base)
