@@ -22,7 +22,7 @@ import collections
 import contextlib
 import linecache
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
