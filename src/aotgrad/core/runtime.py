@@ -26,7 +26,7 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from .metadata import OutputInfo, OutputType, ViewAndMutationMetadata
 from .overlapping_writes import _locations as _element_locations
-from .overlapping_writes import strides_keep_apart
+from .overlapping_writes import _span, strides_keep_apart
 from .saved_tensors import EagerSavedTensors, SavedVersions, check_saved_versions
 from .signature import GraphSignature
 from .symbolic import holds_sym, size_function
@@ -566,8 +566,8 @@ def _within_extent(inner: tuple, outer: tuple) -> bool:
         return True
     if any(n == 0 for n in outer[0]):
         return False
-    first, last = inner[2], inner[2] + sum((n - 1) * st for n, st in zip(inner[0], inner[1]))
-    return outer[2] <= first and last <= outer[2] + sum((n - 1) * st for n, st in zip(outer[0], outer[1]))
+    (first, last), (lo, hi) = _span(inner), _span(outer)
+    return lo <= first and last <= hi
 
 
 def _alias_info(view: OutputInfo) -> OutputInfo:
