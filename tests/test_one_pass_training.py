@@ -18,21 +18,10 @@ import joint_one_pass_check
 from aotgrad.compilers import nop
 from aotgrad.core import pipeline
 from eager_compare import check
+from test_double_backward import _Square as Square
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
 from compile_time import functional, make_model  # noqa: E402  (bench/compile_time.py's models)
-
-
-class Square(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return 2 * g * x
 
 
 def mlp(x, w1, w2):
