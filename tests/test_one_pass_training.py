@@ -11,7 +11,6 @@ import sys
 
 import pytest
 import torch
-from torch import nn
 
 import aotgrad
 import joint_one_pass_check
