@@ -197,7 +197,7 @@ _RECORD_KEYS = {
 
 # --------------------------------------------------------------------------- inputs
 
-_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+_DTYPES = {"float32": torch.float32, "float64": torch.float64, "complex64": torch.complex64}
 
 
 def resized_spec(spec: dict, k: int) -> dict:

@@ -3337,9 +3337,11 @@ def f(a, b, c, d):
     )
 
 
-@XFAIL("open, silent (fuzz seed 33010476): t4 = t1.permute(1, 0, 2) of a clone t1 of a sliced input, then t1.transpose_(0, 2) with grad recording, then t4 @ t4.mT: base0.grad differs from eager's (the outputs match)")
 def test_seed_33010476():
-    """A view of an intermediate taken before an in-place metadata op on the intermediate (recorded), then used: the gradient through it differs from eager's, silently. Open."""
+    """A view of an intermediate taken before an in-place metadata op on the intermediate
+    (recorded), written through, then read as ``t4.mT``: the property read was taken for an
+    attribute read and left to autograd's replay of the stale view's chain; the gradient
+    differed from eager's, silently (tests/test_view_properties_of_stale_views.py)."""
     check_case(
         source='''
 def f(a, s, opt):

@@ -17,7 +17,7 @@ import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensor
 from torch._subclasses.functional_tensor import FunctionalTensor
 
-__all__ = ["tree_leaves"]
+__all__ = ["VIEW_PROPERTIES", "tree_leaves", "view_property"]
 
 #: types pytree never flattens (no registered node type is one of these, nor a namedtuple)
 _LEAF_TYPES = frozenset({
@@ -25,6 +25,20 @@ _LEAF_TYPES = frozenset({
     type(None), torch.dtype, torch.device, torch.layout, torch.memory_format,
     torch.SymInt, torch.SymFloat, torch.SymBool,
 })
+
+
+#: tensor properties that are views of the tensor (``x.mT``: a transpose); a torch-function
+#: mode sees a read of one as a call of its getter, named ``__get__``
+VIEW_PROPERTIES = frozenset({"T", "mT", "H", "mH", "real", "imag"})
+
+
+def view_property(func: Any) -> str | None:
+    """The name of the view property (:data:`VIEW_PROPERTIES`) whose getter ``func`` is, as a
+    torch-function mode receives it; None for any other callable."""
+    if getattr(func, "__name__", None) != "__get__":
+        return None
+    name = getattr(getattr(func, "__self__", None), "__name__", None)
+    return name if name in VIEW_PROPERTIES else None
 
 
 def tree_leaves(tree: Any) -> list[Any]:

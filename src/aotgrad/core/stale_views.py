@@ -34,7 +34,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import _disable_current_modes
 
 from .inplace_ops import NO_DATA_INPLACE, RELAYING_INPLACE
-from .op_args import tree_leaves
+from .op_args import tree_leaves, view_property
 from .saved_tensors import note_saved_by_stand_in, saving_into_copy
 
 __all__ = ["StaleViewUses", "same_addressing", "writes_through_source"]
@@ -225,14 +225,21 @@ class StaleViewUses(TorchFunctionMode):
         entry = self._versions.get(id(t))
         return entry is not None and entry[0] is t and entry[1] != t._version
 
-    def _targets(self, name: str, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    def _targets(self, func: Any, name: str, args: tuple, kwargs: dict) -> list[torch.Tensor]:
         """The views of this call to address by ``as_strided`` of their base."""
         from .view_geometry import _starts_its_storage  # (it imports this module)
 
-        if not torch.is_grad_enabled() or name in _NOT_RECORDED or not args:
+        if not torch.is_grad_enabled() or not args:
             return []
         source = args[0]
-        leaves = tree_leaves((args, {k: v for k, v in kwargs.items() if k != "out"}))
+        if name in _NOT_RECORDED:
+            # (a view property, ``x.mT``, is a view op autograd records on ``x``, reading its
+            # grad_fn: regenerated off the base where stale; fuzz seed 33010476)
+            if view_property(func) is None:
+                return []
+            leaves = [source]
+        else:
+            leaves = tree_leaves((args, {k: v for k, v in kwargs.items() if k != "out"}))
         targets: list[torch.Tensor] = []
         self.replayed = set()
         self.written = set()
@@ -416,7 +423,7 @@ class StaleViewUses(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
-        targets = self._targets(name, args, kwargs)
+        targets = self._targets(func, name, args, kwargs)
         self.rewritten = {}
         if not targets:
             source = args[0] if args else None

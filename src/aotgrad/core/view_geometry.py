@@ -35,7 +35,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from ..errors import AotgradCompileError, current_user_frame, current_user_line, describe_frame
 from .inplace_ops import RELAYING_INPLACE
 from .kernel_checks import raise_eager_overlap_error
-from .op_args import tree_leaves
+from .op_args import tree_leaves, view_property
 from .overlapping_writes import _location_set
 from .stale_views import StaleViewUses, changed_in_place, same_addressing, version_of, writes_through_source
 
@@ -929,15 +929,16 @@ class EagerViewGeometry(TorchFunctionMode):
                 "write through a view of a clone()."
             )
 
-    def _refuse_unreplayable_view(self, name: str, args: tuple, kwargs: dict, out: Any) -> None:
+    def _refuse_unreplayable_view(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
         """Refuse an op where autograd on the traced program would replay the chain of a view
         that an in-place metadata op (``t_``, ``unsqueeze_``, ...) changed after it was made
         (:func:`_autograd_replays`): a write through the view it records (the write's
         backward addresses the view by the replayed chain), or any recorded use of the view
         once its storage changed (autograd regenerates its ``grad_fn`` by the replay; eager by
         ``as_strided``). The gradient would reach other elements, or have another shape."""
-        if not torch.is_grad_enabled() or name == "__get__":
-            return
+        name = _name_of(func)
+        if not torch.is_grad_enabled() or (name == "__get__" and view_property(func) is None):
+            return  # (an attribute read other than a view property, ``x.mT``, records nothing)
         if name != "__setitem__" and not any(isinstance(r, torch.Tensor) for r in tree_leaves(out)):
             return  # reads metadata (size(), stride()): autograd records nothing
         source = args[0] if args else None
@@ -1278,7 +1279,7 @@ class EagerViewGeometry(TorchFunctionMode):
                 self._note_roots(func, out)
                 self._note_versions(_name_of(func), args, out, version)
                 self._refuse_write_through_outdated_view(getattr(func, "__name__", ""), args, kwargs, out)
-                self._refuse_unreplayable_view(_name_of(func), args, kwargs, out)
+                self._refuse_unreplayable_view(func, args, kwargs, out)
             return out
         name = getattr(func, "__name__", "")
         if name in _VIEWS_BY_STRIDES:
@@ -1311,7 +1312,7 @@ class EagerViewGeometry(TorchFunctionMode):
             self._note_roots(func, out)
             self._note_versions(name, args, out, version)
             self._refuse_write_through_outdated_view(name, args, kwargs, out)
-            self._refuse_unreplayable_view(name, args, kwargs, out)
+            self._refuse_unreplayable_view(func, args, kwargs, out)
         return out
 
     def _check_layout_decision(self, name: str, args: tuple, kwargs: dict, shadow: torch.Tensor, out: Any) -> None:
@@ -1697,18 +1698,15 @@ def _raise_eager_view_error(name: str, args: tuple, kwargs: dict, shadow: torch.
             raise RuntimeError(str(exc)) from None
 
 
-#: tensor properties that are views of the tensor (``x.mT``: a transpose)
-_VIEW_PROPERTIES = frozenset({"T", "mT", "H", "mH", "real", "imag"})
-
-
 def _shadow_args(name: str, args: tuple, kwargs: dict, func: Any = None) -> tuple | None:
     """The arguments after ``args[0]`` to apply ``name`` (``func``) to a shadow with; None
     where the op makes no view a shadow can follow (an attribute read other than a view
-    property, :data:`_VIEW_PROPERTIES`; tensor arguments, which index by data and copy)."""
+    property, :data:`~aotgrad.core.op_args.VIEW_PROPERTIES`; tensor arguments, which index by
+    data and copy)."""
     if name == "__get__":
         # an attribute (``._base``) is no new view; a view property's getter (``func``)
         # applies to the shadow as it is
-        return () if getattr(getattr(func, "__self__", None), "__name__", None) in _VIEW_PROPERTIES else None
+        return () if view_property(func) is not None else None
     rest = args[1:]
     if name in _SHAPED_LIKE and len(rest) == 1 and isinstance(rest[0], torch.Tensor) and not kwargs:
         with _outside_tracing():  # only the other tensor's shape matters
