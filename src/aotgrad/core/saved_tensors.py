@@ -412,9 +412,11 @@ class SavedVersions:
     def snapshot(self) -> None:
         """Read the witnesses' versions: the call has returned, its own writes are done."""
         self.versions = tuple(t._version for t in self.tensors)
+        # (an input's too: a write the call recorded into it gave it a grad_fn, which the
+        # caller may detach_() before the backward; fuzz seed 35001307)
         self.had_history = tuple(
-            h if ref is None else (t := ref()) is not None and t.grad_fn is not None
-            for h, ref in zip(self.had_history, self.outputs)
+            (t := self.tensors[k] if ref is None else ref()) is not None and t.grad_fn is not None
+            for k, ref in enumerate(self.outputs)
         )
 
 
