@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 from eager_compare import check
+from tests.fuzz.harness import check_case
 
 import aotgrad
 from aotgrad.compilers import nop
@@ -264,3 +265,47 @@ def test_view_of_input_taken_in_grad_region_of_no_grad_call(view, start, inputs)
         return (a if inputs == "leaf" else a * 1,)
 
     check(f, make, grad_mode=False)
+
+
+#: in-place metadata ops on an input, with or without grad recording
+INPUT_RELAYOUTS = {
+    "unsqueeze_": ["a.unsqueeze_(-2)"],
+    "unsqueeze_0": ["a.unsqueeze_(0)"],
+    "t_": ["a.t_()"],
+    "transpose_": ["a.transpose_(0, 1)"],
+    "squeeze_": ["a.unsqueeze_(0)", "a.squeeze_(1)"],
+    "as_strided_": ["a.as_strided_((a.shape[1], a.shape[0]), (1, a.shape[1]))"],
+}
+#: writes into the input that record a grad_fn on it (the input requires grad)
+RECORDED_INPUT_WRITES = {"addcmul_": "a.addcmul_(t2, t2)", "mul_": "a.mul_(t2)", "copy_": "a.copy_(t2.expand_as(a))"}
+
+
+#: re-layouts before the region whose gradient eager's backward could still take (a leading
+#: size-1 dim sums away); the others are refused (docs/user-guide.md: eager's backward fails)
+_BEFORE = ["unsqueeze_0", "squeeze_"]
+
+
+@pytest.mark.parametrize("write", sorted(RECORDED_INPUT_WRITES))
+@pytest.mark.parametrize(
+    "where,relayout", [("before", r) for r in _BEFORE] + [("inside", r) for r in sorted(INPUT_RELAYOUTS)]
+)
+def test_input_relaid_out_then_written_in_grad_region(where, relayout, write):
+    """An input re-laid out in place (before an ``enable_grad`` region, or inside it) and then
+    written with grad recording inside the region, in a call made under ``no_grad`` (and
+    under grad). The joint reads the written input back in its entry layout; that read is the
+    joint's own, and ran under the caller's mode: under ``no_grad`` the new value required no
+    grad, and the trace failed ("element 0 of tensors does not require grad", fuzz seed
+    35001192). (The outputs do not reach the write: where a backward would, eager's fails
+    on the re-laid-out input's gradient, a documented refusal.)"""
+    meta = INPUT_RELAYOUTS[relayout]
+    region = ["with torch.set_grad_enabled(True):"] + ["    " + m for m in (meta if where == "inside" else [])]
+    lines = ["t0 = a * 1", "t2 = t0[0].mean().detach()", *(meta if where == "before" else []), *region,
+             "    " + RECORDED_INPUT_WRITES[write], "return t0[1:] * 2"]
+    check_case(
+        "def f(a):\n" + "".join(f"    {line}\n" for line in lines),
+        {
+            "bases": [{"shape": [3, 4], "dtype": "float32", "rg": True}],
+            "args": [{"kind": "tensor", "base": 0, "expr": "x.clone()"}],
+        },
+        modes=["no_grad", "grad"],
+    )

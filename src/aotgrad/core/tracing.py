@@ -126,8 +126,11 @@ def _functional_forward(
         kept = IntermediateDetaches() if protect_mutated_inputs else contextlib.nullcontext()
         with detaches, relayouts, kept:
             out_leaves, _ = program(*inputs)
-        for i, (size, stride, offset) in entry_geometry.items():
-            originals[i] = _in_geometry(inputs[i], size, stride, offset)
+        # (ours too, as the clones: recorded under a no_grad caller whose program wrote the
+        # clone with grad recording inside; fuzz seed 35001192)
+        with recording:
+            for i, (size, stride, offset) in entry_geometry.items():
+                originals[i] = _in_geometry(inputs[i], size, stride, offset)
         bases = [out_leaves[j]._base for j in analysis.intermediate_base_sources]
         if isinstance(kept, IntermediateDetaches):
             bases = [kept.before_detach(b) for b in bases]
