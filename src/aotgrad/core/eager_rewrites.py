@@ -101,6 +101,7 @@ _MASKED_FILL_INPLACE = torch.Tensor.masked_fill_
 _AS_STRIDED = {torch.Tensor.as_strided, torch.as_strided}
 _AS_STRIDED_INPLACE = torch.Tensor.as_strided_
 _DETACH = {torch.Tensor.detach, torch.detach}
+_COPY_INPLACE = torch.Tensor.copy_
 
 
 class EagerRewrites(TorchFunctionMode):
@@ -358,6 +359,9 @@ class EagerRewrites(TorchFunctionMode):
                 # (the mode is off here: the write goes through the rewrites explicitly)
                 return self._rewritten(torch.Tensor.copy_, types, (x, torch.polygamma(n, x.clone())), {})
             return x.copy_(torch.polygamma(n, x.clone()))  # the clone is what backward reads
+        if func is _COPY_INPLACE and _copies_own_data_unrecorded(args, kwargs):
+            torch.autograd.graph.increment_version(args[0])  # (eager's autograd still counts the write)
+            return args[0]
         if func is _SQUEEZE_INPLACE and (len(args) > 1 or "dim" in kwargs):
             return _squeeze_(args[0], args[1] if len(args) > 1 else kwargs["dim"])
         if func in _DETACH and args and isinstance(args[0], FunctionalTensor):
@@ -494,6 +498,31 @@ def _inplace_functional(
 
     write.__name__ = f"{func.__name__}_"
     return dest, write
+
+
+def _copies_own_data_unrecorded(args: tuple, kwargs: dict) -> bool:
+    """``args[0].copy_(src)`` into memory that overlaps itself, where ``src`` is the
+    destination's own data (the same storage, offset, sizes, strides, dtype, conj and neg
+    bits) and autograd records nothing: eager's kernel returns at once, writing nothing and
+    checking no overlap (an ``expand()``ed input copied from an alias of itself runs; fuzz
+    seed 35002142), where the traced write would be written back into the input at run time,
+    which raises. Functionally it is no write, so the call is dropped, its version bump kept.
+    (Into other memory the traced write runs as it is: its values are the same.)"""
+    if len(args) < 2 or set(kwargs) - {"non_blocking"}:
+        return False
+    dest, src = args[0], args[1]
+    if not (isinstance(dest, FunctionalTensor) and isinstance(src, FunctionalTensor)):
+        return False
+    with torch._C.DisableTorchFunction():
+        if torch.is_grad_enabled() and (dest.requires_grad or src.requires_grad):
+            return False
+        return (
+            StorageWeakRef(dest.untyped_storage()) == StorageWeakRef(src.untyped_storage())
+            and dest.dtype == src.dtype and dest.is_conj() == src.is_conj() and dest.is_neg() == src.is_neg()
+            and dest.dim() == src.dim()
+            and _known_equal((*dest.shape, *dest.stride(), dest.storage_offset()), (*src.shape, *src.stride(), src.storage_offset()))
+            and _static(dest) and _overlaps(dest)
+        )
 
 
 def _unviewable_fill(args: tuple, kwargs: dict) -> bool:
