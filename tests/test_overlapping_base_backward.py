@@ -316,3 +316,44 @@ def test_recorded_setitem_into_overlapping_tensor_itself(base, geometry, index, 
         return (a.requires_grad_().clone() if base == "input_requiring_grad" else a), w
 
     _eager_or_refused(f, make, "t[INDICES[index]] = VALUES[value](w)")
+
+
+#: writes eager allows into a tensor laid out overlapping itself (one value per location)
+WRITES_OF_ITSELF = {
+    "fill_": lambda t, w: t.fill_(0.5),
+    "fill_tensor": lambda t, w: t.fill_(w),
+    "zero_": lambda t, w: t.zero_(),
+    "masked_fill_": lambda t, w: t.masked_fill_(torch.ones((), dtype=torch.bool), w),
+    "copy_one_element": lambda t, w: t.copy_(w),
+}
+#: stride-0 layouts (an as_strided_ expand): eager's backward of a CopySlices would raise here
+STRIDE0 = {"all_one_element": ((3,), (0,), 0), "rows": ((2, 3), (0, 1), 0)}
+
+
+@pytest.mark.parametrize("returns", ["itself", "sum"])
+@pytest.mark.parametrize("write", sorted(WRITES_OF_ITSELF))
+@pytest.mark.parametrize("geometry", sorted({**STRIDE0, **OVERLAPPING}))
+@pytest.mark.parametrize("base", sorted(BASES))
+def test_recorded_write_into_overlapping_tensor_itself(base, geometry, write, returns):
+    """A write autograd records into a tensor that is no view, re-strided to overlap itself:
+    eager records the write's own node on it (no ``CopySlices``), whose backward runs, where
+    aotgrad raised eager's stride-0 ``CopySlices`` error in the backward (fuzz seed 35010912:
+    ``b.as_strided_((3,), (0,), 0); b.fill_(0.5)``; 16 of these failed so). A value that
+    requires grad (``fill_(w)``, ``copy_(w)``, ``masked_fill_(m, w)``) is refused at compile
+    time: eager's gradient of it counts every element, the traced write's every location (32
+    of these were silently wrong, 16 raised)."""
+
+    def f(a, w):
+        t = BASES[base](a, w)
+        t.as_strided_(*{**STRIDE0, **OVERLAPPING}[geometry])
+        WRITES_OF_ITSELF[write](t, w)
+        return (t,) if returns == "itself" else (t.sum() * w,)
+
+    def make():
+        return torch.randn(3, 2, requires_grad=True), torch.randn((), requires_grad=True)
+
+    # (into a stride-0 layout eager's copy_ of a tensor value raises, and so does aotgrad)
+    if write == "masked_fill_" or (write in ("fill_tensor", "copy_one_element") and geometry not in STRIDE0):
+        _eager_or_refused(f, make, f'"{write}": lambda t, w:')
+    else:
+        check(f, make)

@@ -336,14 +336,22 @@ def overlapping_write(
                 _refuse_loop_order(name, "elements sharing memory are copied different values")
         else:
             _refuse_loop_order(name, "the value written depends on the element written")
+    if overlap is not Overlap.NONE and copy_slices_layout is not None:
+        _refuse_recorded_value_into_overlapping_tensor(
+            getattr(func, "__name__", name), dest, args, kwargs, copy_slices_layout
+        )
     values = dest.clone()
     version = dest._version
     if "out" in kwargs:
         result, saved = saving_into_copy(lambda: func(*args, **{**kwargs, "out": values}))
     else:
         result, saved = saving_into_copy(lambda: func(values, *args[1:], **kwargs))
+    # (a tensor that is no view, re-strided by as_strided_ to overlap itself, is written as
+    # itself: its node's formula, not CopySlices, takes the gradient; fuzz seed 35010912)
+    with torch._C.DisableTorchFunction():
+        written_view = geometry if dest._base is not None else None
     with unrecorded:
-        _write_locations(root, locations, root_locations, values, writer, commit, geometry, base_layout)
+        _write_locations(root, locations, root_locations, values, writer, commit, written_view, base_layout)
     _refresh_history(dest)
     # eager's node saved ``dest`` where this one saved ``values``: its version is checked
     note_saved_by_stand_in(saved, values, dest, version, name)
@@ -412,6 +420,35 @@ def _refuse_recorded_write_into_overlapping_base(
             "as_strided_, or write under no_grad."
         )
     return base_layout
+
+
+def _refuse_recorded_value_into_overlapping_tensor(
+    name: str, dest: FunctionalTensor, args: tuple, kwargs: dict,
+    copy_slices_layout: Callable[[FunctionalTensor, bool], tuple | None],
+) -> None:
+    """Refuse the write ``name`` into ``dest``, a tensor whose elements share memory and that
+    is no view in eager (an ``as_strided_`` of an intermediate, or of the caller's tensor:
+    ``copy_slices_layout(dest, True)`` is its eager layout, None for an input the caller passed
+    as a view), of a value that requires grad with autograd recording (``fill_(w)``,
+    ``copy_(w)``, ``masked_fill_(m, w)``). Eager records the op's own node on ``dest``, whose
+    formula sums the value's gradient over ``dest``'s elements, each shared location once per
+    element there; the traced write puts the value into the locations, and its gradient
+    counts each location once: silently another gradient (found while fixing fuzz seed
+    35010912). A constant written (``fill_(0.5)``, ``zero_()``) has no such gradient."""
+    with torch._C.DisableTorchFunction():
+        if dest._base is not None or not torch.is_grad_enabled():
+            return
+        if not any(isinstance(t, torch.Tensor) and t.requires_grad for t in pytree.tree_leaves((args[1:], kwargs))):
+            return
+        if copy_slices_layout(dest, True) is None:
+            return
+    raise AotgradCompileError(
+        f"aotgrad: in-place {name} at {current_user_line()} writes a value that requires grad, "
+        "recorded by autograd, into a tensor that is no view and whose elements share memory "
+        "(as_strided_ laid it out so, or it is a detach()ed expand()): eager's gradient of the "
+        "value counts every element of the tensor, the traced write's every memory location "
+        "once. clone() the tensor first, or write the value under no_grad."
+    )
 
 
 def _plain_write(name: str, base_layout: tuple | None) -> tuple[bool, Any]:
@@ -523,8 +560,9 @@ def _write_locations(root, geometry, root_geometry, values, writer, commit, writ
     elements keep theirs. Every location of ``dest`` is one of ``root``'s (a view of it).
     ``geometry`` and ``root_geometry`` are of one buffer (the functional values').
     ``written_view``: eager's geometry of the view eager's autograd records the write through
-    (``geometry`` where None); ``base_layout``: eager's geometry of that view's autograd base,
-    where its elements overlap (:func:`_refuse_recorded_write_into_overlapping_base`)."""
+    (None where it records it on the written tensor itself, no view: no ``CopySlices``);
+    ``base_layout``: eager's geometry of that view's autograd base, where its elements overlap
+    (:func:`_refuse_recorded_write_into_overlapping_base`)."""
     dest_loc = _location_set(geometry)
     root_loc = _location_set(root_geometry)
     if dest_loc is not None and root_loc is not None and not dest_loc <= root_loc:
@@ -549,7 +587,6 @@ def _write_locations(root, geometry, root_geometry, values, writer, commit, writ
     )
     root_index = _locations(root_geometry, device) - lo
     new = torch.where(hit.take(root_index), at.take(root_index), root)
-    written_view = written_view or geometry
     if new.grad_fn is not None and any(
         layout is not None and overlap_of(layout[0], layout[1]) is Overlap.STRIDE0 for layout in (written_view, base_layout)
     ):
