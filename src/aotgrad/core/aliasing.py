@@ -319,6 +319,24 @@ def _replayable(template: torch.Tensor, base: torch.Tensor, view: Strided) -> bo
     return _strided(out) == view and out.dtype == template.dtype
 
 
+def _refuse_leaf_views_requiring_grad(group: list[int], call_inputs: list[torch.Tensor]) -> None:
+    """Refuse a member that is an autograd leaf requiring grad and a view of a tensor that
+    does not (``x.detach()[1:].requires_grad_()``): its gradient is its own, where every
+    tensor inside the graph is regenerated off a synthetic base made from its root, which
+    does not require grad: the call's outputs computed from it lost ``requires_grad`` and
+    their gradients, silently (found beside fuzz seed 30000167)."""
+    for i in group:
+        t = call_inputs[i]
+        if t.is_leaf and t.requires_grad and t._base is not None and not t._base.requires_grad:
+            raise AotgradCompileError(
+                f"aotgrad: input {i} is an autograd leaf that requires grad and is a view of a tensor "
+                "that does not (requires_grad_() on a view of a detach()ed tensor), and the program "
+                "writes into its storage through as_strided or another input sharing it; its gradient "
+                "beside that write is not supported. Pass a tensor that owns its storage (clone() it "
+                "before requires_grad_())."
+            )
+
+
 def plan_input_aliasing(
     call_inputs: list[torch.Tensor],
     fake_inputs: list[torch.Tensor],
@@ -335,6 +353,7 @@ def plan_input_aliasing(
     for group in _groups(call_inputs, metadata):
         if not any(_written_or_readdressed(metadata.input_info[i]) for i in group):
             continue  # nothing written: aliasing cannot be observed inside the graph
+        _refuse_leaf_views_requiring_grad(group, call_inputs)
         if len({call_inputs[i].dtype for i in group}) != 1:
             raise AotgradCompileError(
                 f"aotgrad: inputs {group} share storage with different dtypes and one is "

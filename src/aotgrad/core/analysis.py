@@ -234,6 +234,29 @@ def _maybe_nonzero(n: Any) -> bool:
     return not (type(n) is int and n == 0)
 
 
+class EagerKernelAssert(RuntimeError):
+    """An internal assert eager's kernel raises on the program's own call, raised by the
+    analysis in its place: eager's error, re-raised unchanged, though its text reads as one of
+    torch's asserts failing on functional tensors (:func:`_is_tracing_limitation`)."""
+
+
+def _raise_eager_as_strided_scatter_error(args: tuple, kwargs: dict | None) -> None:
+    """Raise eager's error for the program's own ``as_strided_scatter`` of a ``self`` that
+    requires grad and is not contiguous: ATen's kernel asserts that, in grad mode or not.
+    Below functionalization the call never meets it (an intermediate's value there does not
+    require grad, and the fake mode runs the call on an input's value ``detach()``ed, for
+    functionalization's own scatters: ``fake_mode.OffsetKeepingFakeTensorMode``).
+    The layout read is the functional tensor's (eager's for an input and for a tensor no
+    write re-laid out)."""
+    self = args[0] if args else (kwargs or {}).get("self")
+    if isinstance(self, torch.Tensor) and self.requires_grad and not self.is_contiguous():
+        raise EagerKernelAssert(
+            "!self.requires_grad() || self.is_contiguous() INTERNAL ASSERT FAILED at "
+            '"aten/src/ATen/native/TensorShape.cpp", please report a bug to PyTorch. '
+            "as_strided_scatter is currently only supported for contiguous inputs"
+        )
+
+
 class _SyncedFunctionalTensorMode(NoLossyReplays, UncheckedMetadataOps):
     """Functionalization (refusing lossy replays, :class:`NoLossyReplays`) that brings each
     functional argument of an op up to date
@@ -251,6 +274,8 @@ class _SyncedFunctionalTensorMode(NoLossyReplays, UncheckedMetadataOps):
     input: fuzz seed 14003992)."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten.as_strided_scatter.default:
+            _raise_eager_as_strided_scatter_error(args, kwargs)
         tracing = torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.PROXY) is not None
         if not tracing and func not in FunctionalTensor.metadata_fns:
             for a in tree_leaves((args, kwargs)):
@@ -1663,15 +1688,14 @@ def _is_tracing_limitation(exc: BaseException) -> bool:
     """
     if isinstance(exc, _TRACING_LIMITATIONS):
         return True
+    if isinstance(exc, EagerKernelAssert):
+        return False
     text = str(exc)
     return (
         "FakeTensor" in text
         or "fake tensor" in text.lower()
         or "data-dependent" in text
         or "data is not allocated" in text  # reading values of a fake tensor (.tolist())
-        # a write through as_strided of a non-contiguous tensor that requires grad: torch's
-        # functional as_strided_scatter has no autograd formula there (eager writes in place)
-        or "as_strided_scatter is currently only supported for contiguous inputs" in text
         # a write through as_strided of a view that autograd records: torch's
         # functionalization cannot replay it onto the base
         or "as_strided() is non-compositional" in text
