@@ -5,6 +5,8 @@ refusal is asserted to name the op's line."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -333,4 +335,78 @@ def test_internal_error_of_the_functional_run_is_refused_naming_the_line(fn, mak
     before = [a.detach().clone() for a in args]
     with pytest.raises(AotgradCompileError, match=line):
         aotgrad.aot_function(fn, nop)(*args)
+    assert all(torch.equal(a.detach(), b) for a, b in zip(args, before))
+
+
+# --------------------------------------------------------------------------- torch's errors, said in plain words
+
+
+def _as_strided_of_diagonal_written(a, b):
+    """Fuzz seed 34006277, minimized: the gradient of a write through as_strided of a
+    diagonal, reaching outside it."""
+    t1 = b * a
+    t2 = t1.diagonal(1, 1, 0)
+    t3 = t2.as_strided((3, 1), (1, 2), 2)
+    t3.zero_()
+    return t1
+
+
+def _as_strided_of_view_of_relaid_intermediate(a):
+    """Fuzz seed 30018583, minimized: as_strided of a view of an intermediate that
+    unsqueeze_ changed, written."""
+    t1 = torch.tanh(a)
+    t1.unsqueeze_(3)
+    t4 = t1.view(8, 2, 1).as_strided((3, 2), (3, 1), 0)
+    t4.sigmoid_()
+    return t1
+
+
+def _view_of_input_detached_in_place_then_written(b):
+    """Fuzz seed 33001712, minimized: a view of an input that is detach_()ed and written."""
+    t0 = b.t()
+    b.detach_()
+    b.mul_(2)
+    return t0.squeeze(1)
+
+
+def _grad_value_into_int_view_of_expand(b):
+    """Fuzz seed 34002794, minimized: a value requiring grad assigned into an int32 view."""
+    t2 = torch.zeros(4, 2).amax(0).view(torch.int32).expand(2)
+    t2[1:] = b
+    return b * 2
+
+
+@pytest.mark.parametrize(
+    "fn,make,line,plain",
+    [
+        (_as_strided_of_diagonal_written,
+         lambda: (lambda x: (x, x))(torch.randn(1, 3, 3, requires_grad=True)),
+         r"t3\.zero_\(\)", "chain of views whose as_strided"),
+        (_as_strided_of_view_of_relaid_intermediate,
+         lambda: (torch.randn(2, 4, 2, requires_grad=True),), r"t4\.sigmoid_\(\)", "chain of views whose as_strided"),
+        (_view_of_input_detached_in_place_then_written,
+         lambda: (torch.randn(3, 1, requires_grad=True) * 1,), r"t0\.squeeze\(1\)", r"detached in place \(detach_\(\)\)"),
+        (_stale_view_of_base_detached_in_place,
+         lambda: (lambda x: (x, x))(torch.randn(3, 4, requires_grad=True)), r"t1 = t0\.sin\(\)",
+         r"detached in place \(detach_\(\)\)"),
+        (_zero_dim_grad_value_into_int_slice,
+         lambda: (torch.randn(3, requires_grad=True),), r"t\[1:\] = x @ x", "into an integer or bool tensor"),
+        (_grad_value_into_int_view_of_expand,
+         lambda: (torch.randn((), requires_grad=True),), r"t2\[1:\] = b", "into an integer or bool tensor"),
+    ],
+    ids=["as_strided_of_diagonal", "as_strided_of_relaid_view", "view_of_detached_input", "stale_view_of_detached_base",
+         "int_slice_assigned_grad_value", "int_view_of_expand_assigned_grad_value"],
+)
+def test_torchs_error_on_the_traced_program_is_said_in_plain_words(fn, make, line, plain):
+    """Eager runs these; aotgrad refuses them at compile time, naming the user's line and
+    saying in plain words what it cannot express and what to do instead, not torch's
+    internal message (which stays on the chained cause); the caller's tensors are untouched."""
+    fn(*make())  # eager runs it
+    args = make()
+    before = [a.detach().clone() for a in args]
+    with pytest.raises(AotgradCompileError, match=line) as info:
+        aotgrad.aot_function(fn, nop)(*args)
+    message = str(info.value)
+    assert re.search(plain, message), message
+    assert "INTERNAL ASSERT" not in message and "non-compositional" not in message and "not support dtype" not in message
     assert all(torch.equal(a.detach(), b) for a, b in zip(args, before))

@@ -26,6 +26,7 @@ __all__ = [
     "current_user_line",
     "describe_frame",
     "frame_rank",
+    "known_limit",
     "note_user_line",
     "user_frame",
     "user_frame_of",
@@ -148,14 +149,50 @@ def describe_frame(frame: traceback.FrameSummary | None) -> str:
     return _describe(frame)
 
 
+#: torch's errors on the traced program's functional tensors that are no error of the
+#: program (eager runs it), by a fragment of torch's text: what aotgrad cannot express there,
+#: in plain words, and what to do instead (issue 12, fuzz seeds 34006277, 33001712, 28007605)
+_KNOWN_LIMITS = (
+    (
+        "as_strided() is non-compositional",
+        "the in-place op writes through a chain of views whose as_strided() step is not the "
+        "first (as_strided of a slice, of a diagonal, of a view an in-place metadata op such as "
+        "unsqueeze_ changed, or reaching outside the view it is taken of while autograd records "
+        "the write): functionalization cannot replay that write onto the chain's base as eager "
+        "writes it. Take as_strided of the tensor that owns the storage, or of a clone()",
+    ),
+    (
+        "new_fn INTERNAL ASSERT FAILED",
+        "a view is used after its base was detached in place (detach_()) and then written: "
+        "autograd cannot regenerate that view's history on the traced program's tensors as "
+        "eager does. Take the view after detach_(), or use detach() (out of place)",
+    ),
+    (
+        "Autograd not support dtype",
+        "a value that requires grad is written, with grad enabled, into an integer or bool "
+        "tensor (t[1:] = x): eager gives the integer tensor an autograd history (CopySlices), "
+        "which the traced program's autograd refuses. Write x.detach(), or write under "
+        "torch.no_grad()",
+    ),
+)
+
+
+def known_limit(exc: BaseException) -> str | None:
+    """What aotgrad cannot express, in plain words, where ``exc`` is one of torch's errors
+    on the traced program's tensors listed in :data:`_KNOWN_LIMITS`; else None."""
+    text = str(exc)
+    return next((plain for fragment, plain in _KNOWN_LIMITS if fragment in text), None)
+
+
 def compile_error_from(exc: BaseException, what: str) -> AotgradCompileError:
-    """Wrap an exception raised while tracing user code into an error naming the user line."""
+    """Wrap an exception raised while tracing user code into an error naming the user line
+    (and saying in plain words what aotgrad cannot express, for :func:`known_limit`'s errors:
+    torch's own text stays on the chained cause)."""
     op = getattr(exc, "func", None)
     op_text = f" (op {op})" if op is not None else ""
-    return AotgradCompileError(
-        f"aotgrad could not {what}{op_text} at {where(exc.__traceback__)}: "
-        f"{type(exc).__name__}: {exc}"
-    )
+    plain = known_limit(exc)
+    reason = f"{type(exc).__name__}: {exc}" if plain is None else f"aotgrad does not support this: {plain}"
+    return AotgradCompileError(f"aotgrad could not {what}{op_text} at {where(exc.__traceback__)}: {reason}")
 
 
 def _is_data_dependent(exc: BaseException) -> bool:

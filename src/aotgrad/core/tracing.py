@@ -29,7 +29,7 @@ from torch.fx._lazy_graph_module import _LazyGraphModule, _use_lazy_graph_module
 from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing, get_proxy_mode, make_fx, track_tensor_tree
 from torch.overrides import TorchFunctionMode
 
-from ..errors import AotgradCompileError, compile_error_from, frame_rank, user_frame_of
+from ..errors import AotgradCompileError, compile_error_from, frame_rank, known_limit, user_frame_of
 from .analysis import Analysis, _sets_requires_grad, from_functional, to_functional
 from .inplace_ops import SAME_ELEMENTS_INPLACE
 from .metadata import ViewAndMutationMetadata
@@ -396,9 +396,9 @@ def trace_joint(
         line = _forward_line_of_failing_gradient(lambda: _trace(joint, (primals, tangents), decompositions, fake_mode, lazy=True))
         if line is None:
             raise
-        raise AotgradCompileError(
-            f"aotgrad could not trace the gradient of {line}: {type(cause).__name__}: {cause}"
-        ) from cause
+        plain = known_limit(cause)
+        reason = f"{type(cause).__name__}: {cause}" if plain is None else f"aotgrad does not support this: {plain}"
+        raise AotgradCompileError(f"aotgrad could not trace the gradient of {line}: {reason}") from cause
     mark_tangents(gm.graph, len(primals))
     if found and found[-1]:
         signature = replace(signature, backward_mutated_inputs=found[-1])
