@@ -59,8 +59,10 @@ def test_write_through_as_strided_of_input_slice(name, geometry, requires_grad):
 
 
 def test_write_through_as_strided_of_noncontiguous_input_requiring_grad_is_refused():
-    """torch's functional ``as_strided_scatter`` has no gradient for a non-contiguous input
-    (eager writes in place): refused at compile time, naming the line, the input unchanged."""
+    """A write autograd records through ``as_strided`` of an input at a storage offset (a
+    slice of a tensor requiring grad): autograd on the traced program addresses the write's
+    gradient by the storage offset, eager's by the offset from the input's start; refused at
+    compile time, naming the line, the input unchanged."""
     base = torch.randn(3, 5, requires_grad=True)
     a = (base * 1)[:, 1:]
     before = a.detach().clone()

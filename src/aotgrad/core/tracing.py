@@ -229,9 +229,37 @@ def _flat_graph(gm: torch.fx.GraphModule, *, lazy: bool) -> None:
     generated now unless ``lazy`` (see :func:`_trace`)."""
     gm.graph._codegen = torch.fx.graph.CodeGen()
     scatter_once_per_location(gm.graph)
+    _scatter_into_detached_inputs(gm.graph)
     gm.recompile()
     if not lazy:
         _LazyGraphModule.force_recompile(gm)
+
+
+def _scatter_into_detached_inputs(graph: torch.fx.Graph) -> None:
+    """Give each ``as_strided_scatter`` of ``graph`` whose ``self`` is a graph input, or a
+    view of one, ``self.detach()`` instead (a new node): at run time a graph input may be the
+    caller's tensor requiring grad (the inference graph's, or the forward's inside the
+    autograd.Function), and ATen asserts such a ``self`` contiguous. The value is the same;
+    the graph runs below autograd (the analysis and traces do the same on fake tensors:
+    ``fake_mode.OffsetKeepingFakeTensorMode``)."""
+    for node in graph.find_nodes(op="call_function", target=torch.ops.aten.as_strided_scatter.default):
+        target = node.args[0]
+        if not isinstance(target, torch.fx.Node) or not _view_of_graph_input(target):
+            continue
+        with graph.inserting_before(node):
+            detached = graph.call_function(torch.ops.aten.detach.default, (target,))
+        if "val" in target.meta:
+            detached.meta["val"] = target.meta["val"]
+        node.args = (detached, *node.args[1:])
+
+
+def _view_of_graph_input(node: torch.fx.Node) -> bool:
+    """``node`` is a placeholder, or a chain of view ops from one."""
+    while node.op == "call_function" and getattr(node.target, "is_view", False) and node.args:
+        node = node.args[0]
+        if not isinstance(node, torch.fx.Node):
+            return False
+    return node.op == "placeholder"
 
 
 def _no_torch_fn_metadata(fake_mode: FakeTensorMode) -> bool:

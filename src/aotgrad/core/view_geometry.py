@@ -209,10 +209,6 @@ class Restrided(NamedTuple):
     root: FunctionalTensor | None = None
     #: an input re-strided itself, laid out as eager's whole storage: exact
     is_input: bool = False
-    #: of such an input whose value ``as_strided_scatter`` refuses (:func:`_scatters_into`):
-    #: functionalization's mutation counter of its storage then; a write through its
-    #: ``as_strided`` is refused until the storage is written otherwise (the value replaced)
-    unscatterable_at: int | None = None
     #: the new layout addresses only elements of the input whose storage it is, as eager lays
     #: that input out (a write the run over a synthetic base for it decides, see
     #: ``EagerViewGeometry.restrided_partial_storages``; other elements of the caller's
@@ -1151,8 +1147,7 @@ class EagerViewGeometry(TorchFunctionMode):
                 # an input starting its chain, laid out as eager's whole storage: the chain
                 # is that one as_strided_, replayed and scattered on (a copy of) the input's
                 # value, which keeps its layout through scatters
-                counter = None if _scatters_into(v) else torch._functionalize_mutation_counter(v.elem)
-                return Restrided(line, is_input=True, unscatterable_at=counter)
+                return Restrided(line, is_input=True)
         return Restrided(line, within_input=within, outside_input=outside)
 
     def _view_of_offset_input(self, v: FunctionalTensor) -> bool:
@@ -1205,26 +1200,18 @@ class EagerViewGeometry(TorchFunctionMode):
         ``as_strided_`` (:meth:`_restride`) where functionalization replays it otherwise than
         eager's layout: as a view of its old layout; as ``as_strided`` of a root
         (:func:`rebased_root`) that no longer addresses its storage as eager's
-        (:meth:`_addresses_storage_as_eager`); or where the write goes through an
-        ``as_strided`` onto a value ``as_strided_scatter`` refuses (:func:`_scatters_into`)."""
+        (:meth:`_addresses_storage_as_eager`). (A write through an ``as_strided`` into an
+        input requiring grad laid out densely but not contiguously is exact: its scatter runs
+        on a ``detach()``ed value, ``tracing._scatter_into_detached_inputs``.)"""
         if not restrided:
             return
         storage = StorageWeakRef(written.untyped_storage())
-        through_as_strided = any(
-            type(vm).__name__ in _AS_STRIDED_VIEW_METAS for vm in functionalization.get_view_meta_sequence(written.elem)
-        )
         for entry in restrided:
             root = entry.root
             if root is not None:
-                if (
-                    not functionalization.get_view_meta_sequence(root.elem) and self._addresses_storage_as_eager(root)
-                    and (not through_as_strided or _scatters_into(root))
-                ):
+                if not functionalization.get_view_meta_sequence(root.elem) and self._addresses_storage_as_eager(root):
                     continue
-            elif entry.is_input and (
-                not through_as_strided or entry.unscatterable_at is None
-                or entry.unscatterable_at != torch._functionalize_mutation_counter(written.elem)
-            ):
+            elif entry.is_input:
                 continue
             if entry.within_input and storage in self.partial_input_storages and not (
                 entry.outside_input and written.requires_grad
@@ -1657,15 +1644,6 @@ def _addressed(size: tuple, stride: tuple, offset: Any) -> frozenset[int] | None
         return None
     found = _location_set((size, stride, offset))
     return None if found is None else frozenset(found)
-
-
-def _scatters_into(root: FunctionalTensor) -> bool:
-    """``as_strided_scatter`` takes functionalization's value of ``root`` (an input or
-    intermediate starting its chain) as the tensor to scatter into: it refuses (an internal
-    assert) one that requires grad and is not contiguous, an input not written yet."""
-    torch._sync(root)
-    value = torch._from_functional_tensor(root.elem)
-    return value.is_contiguous() or not value.requires_grad
 
 
 def _same_static_layout(a: Geometry, b: Geometry) -> bool:
