@@ -50,7 +50,6 @@ KNOWN: dict[str, list[str]] = {
     # --- views invalidated by a later in-place op: eager raises on use, aotgrad rebuilds them
     # --- raising where eager does not: views replayed against a base whose metadata changed since
     "call: impl raised, eager did not: RuntimeError: The expanded size": ["test_expand_view_replayed_after_base_t_"],
-    "call: impl raised, eager did not: AotgradCompileError: aotgrad could not trace": ["test_no_grad_inplace_through_as_strided_of_diagonal_input"],
     # --- raising where eager does not: detach() aliases of grad-requiring inputs treated as requiring grad
     # --- raising where eager does not: detach_() / in-place on leaves and their views
     "call: impl raised, eager did not: AotgradCompileError: aotgrad: the program detaches input N in": ["test_detach__of_input_sharing_storage_with_mutated_alias"],
