@@ -59,7 +59,10 @@ def _functional_forward(
     ``unsqueeze_`` then ``squeeze_``, no alias is needed; functionalization is also fragile
     with in-place metadata ops on views.) With ``protect_mutated_inputs`` (the joint), an input
     that requires grad and whose data is mutated is first cloned: an in-place op on a leaf
-    would be rejected, and autograd.grad must see the original value.
+    would be rejected, and autograd.grad must see the original value. A mutated input the
+    program detaches in place is cloned in every trace (autograd refuses ``detach_()`` of a
+    view alias), and the clones and aliases are taken with grad recording on whatever the
+    caller's grad mode, as eager's input is no view made in no_grad mode.
     """
     md = analysis.metadata
     signature = analysis.signature
@@ -71,9 +74,11 @@ def _functional_forward(
         entry_geometry: dict[int, tuple] = {}
         # The clones and aliases below are ours, not the program's: autograd records them
         # whatever the caller's grad mode, as eager records the program's later grad-mode
-        # uses of the input itself (a no_grad caller whose program enables grad inside).
-        recording = torch.enable_grad() if protect_mutated_inputs else contextlib.nullcontext()
-        with recording:
+        # uses of the input itself (a no_grad caller whose program enables grad inside). In
+        # the inference trace too: an alias taken under no_grad of an input that requires grad
+        # is a view made in no_grad mode, whose in-place metadata op under the program's own
+        # enable_grad() autograd refuses, where eager's input is no view (fuzz seed 34002129).
+        with torch.enable_grad():
             for i in signature.mutated_inputs:
                 info = md.input_info[i]
                 x = inputs[i]
@@ -83,11 +88,15 @@ def _functional_forward(
                 # (and an input that autograd's history reaches only through the program's
                 # write, re-laid out: a write recorded through a view alias of it would be
                 # replayed by autograd on the alias's chain, which misses the metadata ops)
+                # (and, in the inference trace too, an input the program detaches in place,
+                # which requires grad or gains a history from a write: its detach_() cuts a
+                # clone's history, where a view alias's autograd refuses, "Can't detach views
+                # in-place" (fuzz seeds 33014873, 29017461))
                 if protect_mutated_inputs and (
-                    (info.mutates_data or info.detached_in_place or info.relaid_out_under_no_grad
+                    (info.mutates_data or info.relaid_out_under_no_grad
                      or info.grad_layout_at_use is not None) and x.requires_grad
                     or info.mutation_visible_to_autograd and geometry_changes
-                ):
+                ) or info.detached_in_place:
                     inputs[i] = _clone_keeping_strides(x)
                     if not info.mutates_data:
                         continue  # detached in place (below); the clone absorbs the metadata changes
