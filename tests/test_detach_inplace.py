@@ -337,3 +337,34 @@ def test_detach_of_merged_input_requiring_no_grad(detached, before, after, modes
         },
         modes=modes,
     )
+
+
+_PEER_DETACHED_THEN = {
+    # a view made in no_grad mode of an input sharing the detached input's storage, written /
+    # re-laid out with grad on: eager's view does not require grad (its base, the detached
+    # input, no longer does), where the analysis's, a view of a separate tensor, still did
+    "no_grad_view_written": "with torch.no_grad():\n        t = a.narrow(0, 0, 2)\n    t.sin_()\n    return t * 1,",
+    "no_grad_view_relaid": "with torch.no_grad():\n        t = a[0:2]\n    t.unsqueeze_(0)\n    return t * 1,",
+}
+
+
+@pytest.mark.parametrize("then", sorted(_PEER_DETACHED_THEN))
+@pytest.mark.parametrize("view", ["x[1:]", "x.unsqueeze(1)", "x.as_strided((3,), (1,), 1)"])
+def test_detach_of_input_whose_view_is_another_input_is_refused_not_a_false_error(view, then):
+    """``c.detach_()`` of the root ``x`` while another input ``a`` is a view of it (fuzz seed
+    34002345): the analysis runs the aliased inputs as separate tensors, so it cannot see what
+    the detach does to ``a``'s family, and raised an autograd error where eager runs. An error
+    the analysis raises after such a detach is now the refusal naming the detach, as where a
+    synthetic base follows (never eager's error where eager runs)."""
+    source = f"def f(a, c):\n    c.detach_()\n    {_PEER_DETACHED_THEN[then]}\n"
+    scope = {"torch": torch}
+    exec(source, scope)
+    f = scope["f"]
+
+    def make():
+        x = torch.randn(4, requires_grad=True)
+        return eval(view, {"x": x}), x
+
+    f(*make())  # eager runs
+    with pytest.raises(aotgrad.AotgradCompileError, match=r"detaches input 1 in place .* shares its storage"):
+        aotgrad.aot_function(f, nop)(*make())

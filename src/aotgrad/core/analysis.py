@@ -29,7 +29,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-from ..errors import AotgradCompileError, compile_error_from, current_user_line
+from ..errors import AotgradCompileError, compile_error_from, current_user_line, where
 from .eager_rewrites import EagerRewrites
 from .layout import takes_eager_layout
 from .effects import effects_as_ordered_nodes
@@ -838,6 +838,7 @@ def analyze(
         raise
     except Exception as exc:
         if not _is_tracing_limitation(exc):
+            _refuse_error_after_peer_detach(checks, exc)
             raise
         raise compile_error_from(exc, "trace the program on fake tensors") from exc
 
@@ -1212,6 +1213,29 @@ def analyze(
     signature = forward_outputs.with_tangents(metadata, [v.dtype for v in fw_values])
     subclasses = tuple(_subclass_structure(v) for v in fw_values)
     return Analysis(metadata, out_spec, tuple(base_sources), avals, signature, subclasses)
+
+
+def _refuse_error_after_peer_detach(checks: _EagerChecks, exc: BaseException) -> None:
+    """Raise the refusal of a ``detach_()`` of an input sharing its storage with another input
+    in place of ``exc``, an error the program raised after such a detach (fuzz seed 34002345).
+
+    The run takes those inputs as separate tensors: the detach does not reach the other
+    input's autograd family as eager's does (a view of it made in no_grad mode stops requiring
+    grad with its base, so eager's "A view was created in no_grad mode" check passes), so an
+    autograd error raised after it may not be eager's. Where the run gets through, a synthetic
+    base follows only if an input is mutated, and the pipeline refuses that the same way."""
+    peers = [i for i in checks.detached_inputs if checks.storage_peers.get(i)]
+    if not peers:
+        return
+    i = peers[0]
+    raise AotgradCompileError(
+        f"aotgrad: the program detaches input {i} in place ({checks.detached_inputs[i]}) while "
+        f"another input shares its storage, and then raises at {where(exc.__traceback__)}: "
+        f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} Whether eager raises "
+        "there depends on what the detach does to the other input's autograd family, which aotgrad "
+        "does not model; this is not supported. Detach it before calling the function, or use "
+        "x.detach()."
+    ) from exc
 
 
 def _storage_peers(f_inputs: list[Any], fake_inputs: list[Any]) -> dict[int, tuple[Any, ...]]:
