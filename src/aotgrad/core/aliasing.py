@@ -102,6 +102,17 @@ class SyntheticBase:
     #: caller's, it may be used with grad on after a write into its storage
     member_made_with_grad: tuple[bool, ...] = ()
 
+    def is_the_base(self, m: int, template: torch.Tensor) -> bool:
+        """Whether member ``m`` (a call-input index; ``template``, its fake tensor) is
+        regenerated as the base itself, not as a view of it: the caller's tensor is the
+        members' common base, no view, in the base's geometry. Its ``detach_()`` in the
+        program then detaches the base, as eager's detaches the root its siblings view."""
+        k = self.members.index(m)
+        return (
+            not self.replay[k] and self.common_base and self.member_views[k] == self.base_view
+            and template._base is None
+        )
+
     def make(self, call_inputs: list[torch.Tensor]) -> torch.Tensor:
         """The base for this call (the caller's real tensors)."""
         src = call_inputs[self.source_member]
@@ -204,7 +215,7 @@ class InputAliasing:
                 for m, view, replay, rg, in_family, grad_on in zip(
                     b.members, b.member_views, b.replay, b.member_requires_grad, families, with_grad
                 ):
-                    if not replay and b.common_base and view == b.base_view and templates[m]._base is None:
+                    if b.is_the_base(m, templates[m]):
                         member = base
                     else:
                         with torch.set_grad_enabled(grad_on if rg else torch.is_grad_enabled()):
@@ -495,4 +506,6 @@ def outputs_on_call_inputs(
                 )
         outputs.append(o_base)
     outputs.extend(base_metadata.output_info[n_user:])
-    return dataclasses.replace(base_metadata, output_info=tuple(outputs))
+    return dataclasses.replace(
+        base_metadata, output_info=tuple(outputs), call_inputs_detached=call_metadata.detached_in_place
+    )

@@ -292,6 +292,9 @@ class ViewAndMutationMetadata:
     #: tensors eager's autograd saved that its backward would find changed: by the program
     #: after saving, or by the caller after the call (:mod:`aotgrad.core.saved_tensors`)
     eager_saved: EagerSavedTensors | None = None
+    #: with synthetic bases, the *call* inputs the program detaches in place (graph inputs
+    #: are then the bases, and :attr:`detached_in_place` indexes them); None without
+    call_inputs_detached: tuple[int, ...] | None = None
 
     @property
     def sets_requires_grad(self) -> tuple[int, ...]:
@@ -302,6 +305,12 @@ class ViewAndMutationMetadata:
     def detached_in_place(self) -> tuple[int, ...]:
         """Graph inputs the program detaches in place (``detach_()``)."""
         return tuple(i for i, x in enumerate(self.input_info) if x.detached_in_place)
+
+    @property
+    def detached_call_inputs(self) -> tuple[int, ...]:
+        """Call inputs the program detaches in place: the runtime detaches these of the
+        caller's tensors (graph inputs are call inputs where no synthetic base is made)."""
+        return self.detached_in_place if self.call_inputs_detached is None else self.call_inputs_detached
 
     def graph_values(
         self, out_leaves: Sequence[Any], user_outputs: Sequence[int], before_detach: Callable[[Any], Any] | None = None

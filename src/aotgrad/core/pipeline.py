@@ -351,12 +351,8 @@ def _analyze_call(
             "grad (requires_grad_()) while mutating an input that shares its storage; this is not "
             "supported. Call requires_grad_() before calling the function."
         )
-    if call_analysis.metadata.detached_in_place:
-        raise AotgradCompileError(
-            f"aotgrad: the program detaches input {call_analysis.metadata.detached_in_place[0]} in place "
-            "(detach_()/requires_grad_(False)) while mutating an input that shares its storage; this "
-            "is not supported. Detach it before calling the function, or use x.detach()."
-        )
+    templates = {i: fake_call[i] for b in input_aliasing.bases for i in b.members}
+    _refuse_detached_member_views(input_aliasing, templates, call_analysis.metadata)
     _refuse_relaid_out_leaf_members(input_aliasing, call_inputs, call_analysis.metadata)
     if symbolic is not None:
         raise _NeedsStaticTrace("aliased inputs of which one is mutated need synthetic bases")
@@ -371,9 +367,22 @@ def _analyze_call(
     log.debug("aotgrad: %r", input_aliasing)
     graph_inputs = input_aliasing.graph_inputs(call_inputs)
     fake_inputs = [fake_mode.from_tensor(t) for t in graph_inputs]
-    templates = {i: fake_call[i] for b in input_aliasing.bases for i in b.members}
     program = input_aliasing.wrap_program(program, templates)
-    base_analysis = analyze(program, fake_inputs, fake_mode, grad_enabled=grad_enabled, final=True)
+    try:
+        base_analysis = analyze(program, fake_inputs, fake_mode, grad_enabled=grad_enabled, final=True)
+    except AotgradCompileError:
+        raise
+    except Exception as exc:
+        if not call_analysis.metadata.detached_in_place:
+            raise
+        # The run over separate inputs got through: an error only the run over the bases
+        # raises is its own, not eager's (never a false eager error)
+        raise AotgradCompileError(
+            f"aotgrad: the program detaches input {call_analysis.metadata.detached_in_place[0]} in place "
+            "(detach_()/requires_grad_(False)) while mutating an input that shares its storage, and its "
+            f"run over their synthetic base raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} "
+            "This is not supported. Detach it before calling the function, or use x.detach()."
+        ) from exc
     metadata = outputs_on_call_inputs(base_analysis.metadata, call_analysis.metadata)
     analysis = dataclasses.replace(base_analysis, metadata=metadata)
     return _AnalyzedCall(program, call_analysis, analysis, input_aliasing, graph_inputs, fake_inputs, fake_mode)
@@ -802,6 +811,25 @@ def _compile_graph(
     with compiling(kind, config.aot_id):
         compiled = compiler(boundary.graph, boundary.example_inputs)
     return boundary.wrap(positional(compiled)), boundary
+
+
+def _refuse_detached_member_views(
+    input_aliasing: InputAliasing, templates: dict[int, torch.Tensor], call_metadata: ViewAndMutationMetadata
+) -> None:
+    """Refuse a ``detach_()`` of a call input merged into a synthetic base that is not
+    regenerated as the base itself (:meth:`SyntheticBase.is_the_base`): inside the program
+    it is then a view of the base, whose ``detach_()`` autograd refuses, and whose detach
+    would not reach its siblings' family as eager's does. The root its siblings view (the
+    common base, passed itself) is detached as eager's is: the base's ``detach_()``."""
+    for i in call_metadata.detached_in_place:
+        for b in input_aliasing.bases:
+            if i in b.members and not b.is_the_base(i, templates[i]):
+                raise AotgradCompileError(
+                    f"aotgrad: the program detaches input {i} in place (detach_()/requires_grad_(False)) "
+                    "while mutating an input that shares its storage, and input "
+                    f"{i} is not the tensor the others view (a view, or a detach()ed alias); this is not "
+                    "supported. Detach it before calling the function, or use x.detach()."
+                )
 
 
 def _refuse_relaid_out_leaf_members(

@@ -361,10 +361,10 @@ class OutputBuilder:
         # an output rebuilt off another user output ("alias_user", "same") comes after it
         # (a view of a detach()ed input alias returned after it, and that view returned twice)
         aliases = [(j, *p) for j, p in enumerate(plan) if p[0] not in ("out", "input", "const")]
-        #: graph inputs the program detaches in place (``InputInfo.detached_in_place``): the
+        #: call inputs the program detaches in place (``detached_call_inputs``): the
         #: caller's tensors are detached once the aliases requiring grad are rebuilt (eager
         #: made them before its ``detach_()``), before those that do not (made after it)
-        self.detached_inputs = metadata.detached_in_place
+        self.detached_inputs = metadata.detached_call_inputs
 
         def made_after_detach(j: int) -> bool:
             kind, idx, info = plan[j]
