@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+
+import aotgrad
 from eager_compare import check
 
 from tests.fuzz import harness
@@ -113,3 +115,48 @@ def test_detached_root_beside_its_written_view_as_eager(fn, root, view):
 
     check(fn, make)
 
+
+def _detach_then_write(a, c):
+    c.detach_()
+    with torch.no_grad():
+        a.mul_(2)
+    return c * 1,
+
+
+def _root_and_its_view(make_root):
+    x = make_root()
+    return x[1:], x
+
+
+def _separate_inputs(make_root):
+    return torch.randn(3, 4), make_root()
+
+
+@pytest.mark.parametrize("pair", [_root_and_its_view, _separate_inputs], ids=["aliased", "separate"])
+@pytest.mark.parametrize("as_view", [lambda t: t.view(3, 4), lambda t: t[:]], ids=["view", "slice"])
+@pytest.mark.parametrize("root", ["leaf", "non_leaf"])
+def test_later_call_detaching_a_view_raises_before_the_writes(pair, as_view, root):
+    """An entry compiled for ``c`` no view, called with ``c`` a view of the same geometry:
+    eager raises "Can't detach views in-place" at the ``detach_()``, before the program's
+    later write. The entry guard checks the view-ness of every input the program detaches
+    (``frontend.leaf_state``), so the call compiles anew and raises eager's error before
+    anything runs, where the reused entry wrote ``a`` and then raised."""
+
+    def make_root():
+        w = torch.randn(3, 4, requires_grad=True)
+        return w if root == "leaf" else w * 2
+
+    compiled = aotgrad.aot_function(_detach_then_write, aotgrad.nop)
+    compiled(*pair(make_root))
+    unchanged = []
+    for fn in (_detach_then_write, compiled):
+        torch.manual_seed(0)
+        a, c = pair(make_root)
+        c = as_view(c)
+        if pair is _root_and_its_view:
+            a = c[1:]
+        before = a.detach().clone()
+        with pytest.raises(RuntimeError, match="Can't detach views in-place"):
+            fn(a, c)
+        unchanged.append(torch.equal(a.detach(), before))
+    assert unchanged == [True, True]

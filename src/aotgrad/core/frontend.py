@@ -55,9 +55,10 @@ def storage_groups(tensors: list[torch.Tensor]) -> tuple[int, ...]:
     return tuple([first.setdefault(k, i) for i, k in enumerate(keys)])
 
 
-def leaf_state(t: torch.Tensor) -> tuple[bool, bool]:
-    """(is a leaf, is a view of a leaf): what decides whether eager allows an in-place op."""
-    return (t.is_leaf, t._base is not None and t._base.is_leaf)
+def leaf_state(t: torch.Tensor) -> tuple[bool, bool, bool]:
+    """(is a leaf, is a view of a leaf, is a view): what decides whether eager allows an
+    in-place op, and a ``detach_()`` (refused on any view)."""
+    return (t.is_leaf, t._base is not None and t._base.is_leaf, t._base is not None)
 
 
 def _storage_use_count(t: torch.Tensor) -> int:
@@ -267,7 +268,7 @@ class EntryGuard:
         tensors: list[torch.Tensor],
         grad_enabled: bool,
         check_storage: bool,
-        leafness: dict[int, tuple[bool, bool]] | None = None,
+        leafness: dict[int, tuple[bool, bool, bool]] | None = None,
         mutated_leaves: tuple[int, ...] | None = None,
         aliasing_check: Callable[[list[torch.Tensor]], bool] | None = None,
         symbolic_sizes: list[tuple[list[int | None], list[int | None]]] | None = None,
@@ -316,7 +317,9 @@ class EntryGuard:
             singletons = all(groups.count(groups[k]) == 1 for k in mutated)
             self._mutated_leaves = mutated if singletons and mutated else ()
         # Mutated inputs: eager rejects an in-place op on a leaf that requires grad, so
-        # leafness decides between a working entry and the eager error.
+        # leafness decides between a working entry and the eager error; likewise inputs
+        # detached in place (eager rejects detach_() of a view, at the detach_(), before the
+        # program's later writes: the entry would make them, then raise).
         self._leafness = tuple((leafness or {}).items())
         # Synthetic bases depend on where the merged inputs sit in their storage.
         self._aliasing_check = aliasing_check
@@ -343,8 +346,9 @@ class EntryGuard:
         checked one by one) and its ``shape_guard`` (what the trace assumed of them).
 
         Storage sharing is checked when the entry mutates some input's data (a mutation of
-        one alias changes the others), and the leafness of every mutated input (it decides
-        between the entry and eager's in-place-on-a-leaf error).
+        one alias changes the others), and the leafness of every mutated or detached input
+        (it decides between the entry and eager's in-place-on-a-leaf or detach_()-of-a-view
+        error).
         """
         call_inputs = layout.distinct_inputs_of(tensors)
         data_mutated = set(call_metadata.data_mutated_input_indices)
@@ -354,7 +358,8 @@ class EntryGuard:
             grad_enabled,
             check_storage=bool(data_mutated),
             leafness={
-                layout.distinct_tensors[i]: leaf_state(call_inputs[i]) for i in call_metadata.mutated_input_indices
+                layout.distinct_tensors[i]: leaf_state(call_inputs[i])
+                for i in sorted({*call_metadata.mutated_input_indices, *call_metadata.detached_call_inputs})
             },
             mutated_leaves=tuple(k for k, g in enumerate(layout.distinct_of_tensor) if g in data_mutated),
             aliasing_check=aliasing_check,
@@ -423,7 +428,7 @@ class EntryGuard:
         """``relations(tensors) -> bool`` over the call's tensor leaves, doing only the checks
         this entry has (it runs on every call that has any); O(#mutated + #duplicates)
         unless a mutated input shares its storage (then O(#inputs))."""
-        leafness = tuple((k, leaf, base_leaf) for k, (leaf, base_leaf) in self._leafness)
+        leafness = tuple((k, *state) for k, state in self._leafness)
         duplicate_pairs = self._duplicate_pairs
         groups = self._storage_groups
         mutated = self._mutated_leaves
@@ -434,12 +439,12 @@ class EntryGuard:
         exclusive_count = _EXCLUSIVE_USE_COUNT
 
         def relations(tensors: Any) -> bool:
-            for k, leaf, base_leaf in leafness:
+            for k, leaf, base_leaf, view in leafness:
                 t = tensors[k]
                 if t.is_leaf is not leaf:
                     return False
                 base = t._base
-                if (base is not None and base.is_leaf) is not base_leaf:
+                if (base is not None) is not view or (base is not None and base.is_leaf) is not base_leaf:
                     return False
             for a, b in duplicate_pairs:
                 if tensors[a] is not tensors[b]:
@@ -584,12 +589,12 @@ class EntryGuard:
         if not self._has_relations or self._relations(tensors):
             return None
         names = [f"argument leaf {p}" for p in self.layout.tensor_positions]
-        for k, (leaf, base_leaf) in self._leafness:
+        for k, state in self._leafness:
             now = leaf_state(tensors[k])
-            if now != (leaf, base_leaf):
+            if now != state:
                 return GuardMismatch(
-                    "leafness", f"mutated input {names[k]} (is a leaf, is a view of a leaf)",
-                    str((leaf, base_leaf)), str(now),
+                    "leafness", f"mutated or detached input {names[k]} (is a leaf, is a view of a leaf, is a view)",
+                    str(state), str(now),
                 )
         for a, b in self._duplicate_pairs:
             if tensors[a] is not tensors[b]:
