@@ -160,3 +160,21 @@ def test_later_call_detaching_a_view_raises_before_the_writes(pair, as_view, roo
             fn(a, c)
         unchanged.append(torch.equal(a.detach(), before))
     assert unchanged == [True, True]
+
+
+def test_error_of_the_run_over_the_base_is_the_detach_refusal():
+    """A use of ``a`` after ``c.detach_()`` and a write into ``c``: the run over the synthetic
+    base regenerates ``a``'s stale history off the detached base, where autograd asserts
+    ("new_fn INTERNAL ASSERT"); refused naming the detach and that use, not as a PyTorch bug."""
+
+    def f(a, c):
+        y = a * 2
+        c.detach_()
+        c.add_(1)
+        return y, a * 1, c
+
+    x = torch.randn(3, 4, requires_grad=True)
+    f(x[1:], x)  # eager runs
+    x = torch.randn(3, 4, requires_grad=True)
+    with pytest.raises(aotgrad.AotgradCompileError, match=r"detaches input 1 in place .* synthetic base raised .*a \* 1"):
+        aotgrad.aot_function(f, aotgrad.nop)(x[1:], x)
