@@ -3382,3 +3382,66 @@ def f(a):
         modes=['grad', 'grad'],
         seed=18504,
     )
+
+
+def test_seed_33014873():
+    """Issue 12: the no_grad call's entry (the second call) of a program detaching the input
+    and re-laying it out: the inference trace's alias of it was a view made in no_grad mode,
+    whose detach_() raised "Can't detach views in-place" (tests/test_detach_inplace_of_relaid_inputs.py)."""
+    check_case(
+        source='''
+def f(opt, a, b, mode):
+    a.detach_()
+    a.unsqueeze_(-2)
+    t0 = b.pow(2)
+    if mode == "sum":
+        t1 = t0.sum()
+    else:
+        t1 = t0.mean()
+    return t1, b, t1
+''',
+        inputs={'bases': [{'shape': [3], 'dtype': 'float32', 'rg': True}, {'shape': [1, 2], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'value', 'value': None}, {'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'same', 'arg': 1}, {'kind': 'value', 'value': 'mean'}]},
+        post=[],
+        modes=['grad', 'no_grad'],
+        seed=14873,
+    )
+
+
+def test_seed_34002129():
+    """Issue 12: an input re-laid out under the program's enable_grad() inside a no_grad call:
+    the inference trace's alias of it, a view made in no_grad mode, raised "A view was created
+    in no_grad mode and is being modified inplace" (tests/test_detach_inplace_of_relaid_inputs.py)."""
+    check_case(
+        source='''
+def f(a, b, mode):
+    t1 = b.cumsum(0)
+    with torch.set_grad_enabled(True):
+        t3 = t1.reshape(-1)
+    with torch.no_grad():
+        with torch.enable_grad():
+            a.unsqueeze_(0)
+    return t3
+''',
+        inputs={'bases': [{'shape': [], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.clone()'}, {'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'value', 'value': 'sum'}]},
+        post=[],
+        modes=['grad', 'no_grad'],
+        seed=2129,
+    )
+
+
+def test_seed_34013094():
+    """Issue 12: detach_() of the root x beside its written view x.unsqueeze(0), once refused
+    (tests/test_detach_inplace_of_aliased_inputs.py)."""
+    check_case(
+        source='''
+def f(a, b, opt):
+    with torch.no_grad():
+        b.detach_()
+    b.mul_(2)
+    return a,
+''',
+        inputs={'bases': [{'shape': [3], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.unsqueeze(0)'}, {'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'value', 'value': None}]},
+        post=[],
+        modes=['grad'],
+        seed=13094,
+    )
