@@ -137,7 +137,7 @@ def _functional_forward(
             out_leaves, _ = program(*inputs)
         # (ours too, as the clones: recorded under a no_grad caller whose program wrote the
         # clone with grad recording inside; fuzz seed 35001192)
-        with recording:
+        with torch.enable_grad():
             for i, (size, stride, offset) in entry_geometry.items():
                 originals[i] = _in_geometry(inputs[i], size, stride, offset)
         bases = [out_leaves[j]._base for j in analysis.intermediate_base_sources]
