@@ -303,11 +303,11 @@ def _groups(call_inputs: list[torch.Tensor], metadata: ViewAndMutationMetadata) 
 
 
 def _written_or_readdressed(info: Any) -> bool:
-    """The input's data is written, or it is addressed by storage and its geometry changes
-    (``as_strided_`` past its own extent: functionalization holds only the input's elements,
-    the synthetic base the caller's whole storage; view_geometry's
-    ``EagerViewGeometry._restride_left_to_base_run``)."""
-    return info.mutates_data or (info.addresses_storage and info.mutates_metadata)
+    """The input's data is written, or it is addressed by storage and its geometry changes,
+    or that of a view or ``detach()``ed alias of it (``as_strided_`` past its own extent:
+    functionalization holds only the input's elements, the synthetic base the caller's whole
+    storage; view_geometry's ``EagerViewGeometry._restride_left_to_base_run``)."""
+    return info.mutates_data or (info.addresses_storage and info.mutates_metadata) or info.readdressed_past_extent
 
 
 def _made_with_grad(t: torch.Tensor) -> bool:

@@ -920,6 +920,7 @@ def analyze(
                     i in checks.storage_restrided and data and (fake.requires_grad or visible)
                     and _maybe_nonzero(fake.storage_offset())
                 ) or StorageWeakRef(f.untyped_storage()) in geometry.restrided_partial_storages,
+                readdressed_past_extent=StorageWeakRef(f.untyped_storage()) in geometry.readdressed_past_extent,
                 sets_requires_grad=i in checks.inputs_set_requiring_grad,
                 detached_in_place=i in checks.detached_inputs,
                 relaid_out_under_no_grad=i in checks.used_after_no_grad_restride and fake._base is not None,

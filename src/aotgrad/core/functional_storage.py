@@ -17,7 +17,9 @@ reach past its storage where eager's tensor is well inside its own:
 The wrapper's storage size also says how much storage functionalization's values of an input
 hold (``view_geometry._past_functional_storage`` refuses an ``as_strided_`` past it), so it
 is left as it is: :class:`UncheckedMetadataOps` lends the wrapper a larger one for the one
-op instead.
+op instead, and so does :func:`storage_for_layout` for an ``as_strided_`` past it that a run
+over a synthetic base decides (an input without autograd history re-strided onto its
+caller's storage past its own extent).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import Any
 import torch
 from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
 
-__all__ = ["UncheckedMetadataOps"]
+__all__ = ["UncheckedMetadataOps", "storage_for_layout"]
 
 #: in-place metadata ops that keep a tensor's set of locations (they permute dims or add or
 #: drop dims of size 1): eager's tensor stays inside its storage through them
@@ -48,12 +50,17 @@ _LOCATION_KEEPING = frozenset({
 def _addressed_nbytes(t: torch.Tensor) -> int | None:
     """Bytes of storage ``t``'s size, stride and offset reach (0 for no element); None where
     a value is symbolic or a stride negative."""
-    size, stride, offset = t.shape, t.stride(), t.storage_offset()
+    return _layout_nbytes(tuple(t.shape), tuple(t.stride()), t.storage_offset(), t.element_size())
+
+
+def _layout_nbytes(size: tuple, stride: tuple, offset: Any, element_size: int) -> int | None:
+    """Bytes of storage a layout reaches (0 for no element); None where a value is symbolic
+    or a stride negative."""
     if any(type(v) is not int for v in (*size, *stride, offset)) or any(s < 0 for s in stride):
         return None
     if any(n == 0 for n in size):
         return 0
-    return (offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1) * t.element_size()
+    return (offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1) * element_size
 
 
 def _data_less(like: torch.Tensor, nbytes: int | None) -> FunctionalTensor:
@@ -75,6 +82,30 @@ def _storage_of_size(wrapper: FunctionalTensor, nbytes: int) -> Iterator[None]:
         yield
     finally:
         torch._functionalize_unsafe_set(wrapper, own)
+
+
+@contextlib.contextmanager
+def storage_for_layout(wrapper: Any, size: tuple, stride: tuple, offset: Any) -> Iterator[None]:
+    """Inside the block ``wrapper`` (a ``FunctionalTensor``; anything else: nothing is done)
+    holds a storage large enough for the layout where its own is not, for an ``as_strided_``
+    of an input past the input's extent whose run over a synthetic base decides
+    (``view_geometry.EagerViewGeometry._restride_left_to_base_run``; the caller checked the
+    layout against eager's storage). Only in-place metadata ops check the wrapper's layout
+    against its storage afterwards."""
+    with torch._C.DisableTorchFunction():
+        needed = None if type(wrapper) is not FunctionalTensor else _layout_nbytes(
+            tuple(size), tuple(stride), offset, wrapper.element_size()
+        )
+        if needed is None or needed <= wrapper.untyped_storage().nbytes():
+            lent = contextlib.nullcontext()
+        else:
+            lent = _storage_of_size(wrapper, needed)
+            lent.__enter__()
+    try:
+        yield
+    finally:
+        with torch._C.DisableTorchFunction():
+            lent.__exit__(None, None, None)
 
 
 class UncheckedMetadataOps(FunctionalTensorMode):

@@ -79,6 +79,13 @@ class InputInfo:
     #: other than 0: its offsets and strides address the input's whole storage, not only the
     #: input's elements
     addresses_storage: bool = False
+    #: a view or ``detach()``ed alias of this input (not its caller's whole storage; the
+    #: storage without autograd history, or the alias outside autograd) is re-strided by
+    #: ``as_strided_`` past the input's own extent: what the program reads through it are
+    #: elements of the caller's storage outside the input, so the input gets a synthetic base
+    #: (the caller's storage) even where nothing is written (view_geometry's
+    #: ``readdressed_past_extent``)
+    readdressed_past_extent: bool = False
     #: the program calls ``requires_grad_()`` (or sets ``.requires_grad = True``) on this
     #: input, which did not require grad: the caller's tensor requires grad after the call,
     #: and what the program computes from it afterwards is differentiated with respect to it

@@ -34,6 +34,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from ..errors import AotgradCompileError, current_user_frame, current_user_line, describe_frame
 from .inplace_ops import RELAYING_INPLACE
+from .functional_storage import storage_for_layout
 from .kernel_checks import raise_eager_overlap_error
 from .op_args import tree_leaves, view_property
 from .overlapping_writes import _location_set
@@ -347,6 +348,10 @@ class EagerViewGeometry(TorchFunctionMode):
         #: not used then; the run over the base, a graph input that is its whole storage,
         #: refuses what is not exact there)
         self.restrided_partial_storages: set[StorageWeakRef] = set()
+        #: of those, the storages on which a view or ``detach()``ed alias of the input was
+        #: re-strided past the input's extent (``InputInfo.readdressed_past_extent``: merged
+        #: though neither the input's data nor its own geometry changes)
+        self.readdressed_past_extent: set[StorageWeakRef] = set()
         #: of the partial input storages, those without autograd history (neither the input
         #: nor its caller's root requires grad): the synthetic base over the caller's root
         #: holds every location ``as_strided_`` can name, and no gradient is owed to the
@@ -419,10 +424,14 @@ class EagerViewGeometry(TorchFunctionMode):
 
     def _restride_left_to_base_run(self, args: tuple, kwargs: dict) -> tuple | None:
         """The arguments to run ``args[0].as_strided_(*args[1:], **kwargs)`` with in this run,
-        where the tensor is an input not laid out as its caller's storage, without autograd history
-        (``unrecorded_partial_storages``) that functionalization cannot re-stride as eager
-        does (the input re-laid out by an in-place op, or the new layout past its extent);
-        None elsewhere (the caller refuses).
+        where the tensor is an input not laid out as its caller's storage (or a view or
+        ``detach()``ed alias of one), without autograd history (``unrecorded_partial_storages``)
+        that functionalization cannot re-stride as eager does (the input re-laid out by an
+        in-place op, or the new layout past its extent); None elsewhere (the caller refuses).
+        Where the new layout has more elements than the functional storage holds, it is
+        eager's own, run with a storage lent to the tensor's wrapper for the one op
+        (``functional_storage.storage_for_layout``): a layout past the wrapper's storage is
+        checked only by in-place metadata ops.
 
         The storage is left to the run over a synthetic base for the input
         (``restrided_partial_storages``: merged where the input's data or geometry changes,
@@ -432,15 +441,31 @@ class EagerViewGeometry(TorchFunctionMode):
         has to fit the functional storage, as for :meth:`_as_strided_of_merged_input`."""
         t = args[0]
         storage = StorageWeakRef(t.untyped_storage())
-        # (the input itself: its own geometry change merges it even where no data is written;
-        # a view's or a detach()ed alias's would not)
-        if not self._without_history(t) or t._base is not None or functionalization.get_view_meta_sequence(t.elem):
+        if not (self._without_history(t) or self._unrecorded_alias(t)):
             return None
         in_bounds = self._as_strided_of_merged_input("as_strided", args, kwargs)
+        if in_bounds is None and _static_layout(args, kwargs):
+            in_bounds = args
         if in_bounds is not None:
             self.restrided_partial_storages.add(storage)
             self.outside_caller_storages.add(self.caller_storage[storage])
+            # (the input itself: its own geometry change merges it even where no data is
+            # written; a view's or a detach()ed alias's does not: noted for the merge)
+            if t._base is not None or functionalization.get_view_meta_sequence(t.elem):
+                self.readdressed_past_extent.add(storage)
         return in_bounds
+
+    def _unrecorded_alias(self, t: FunctionalTensor) -> bool:
+        """``t`` is a ``detach()``ed alias of an input not laid out as its caller's storage
+        (or a view of such an alias), outside autograd: nothing it reads or computes gets a
+        gradient, whether or not the input's storage has autograd history. (A write into
+        that storage after ``t`` is re-strided outside the input's elements is refused:
+        ``_restride`` notes it, ``_check_restrided`` refuses.)"""
+        return (
+            StorageWeakRef(t.untyped_storage()) in self.partial_input_storages and not t.requires_grad
+            and bool(functionalization.get_view_meta_sequence(t.elem))
+            and (t._base is None or not t._base.requires_grad)
+        )
 
     def _view_of_relaid_input_left_to_base_run(self, args: tuple, kwargs: dict) -> tuple | None:
         """The arguments to run ``as_strided``/``as_strided_`` of ``args[0]`` with in this run,
@@ -1283,16 +1308,21 @@ class EagerViewGeometry(TorchFunctionMode):
                 )
         elif name in _STORAGE_ADDRESSING and (deferred := self._view_of_relaid_input_left_to_base_run(args, kwargs)):
             call_args = deferred
-        if name == "as_strided_" and _past_functional_storage(args, kwargs, shadow) and (
-            (call_args := self._restride_left_to_base_run(args, kwargs)) is None
-        ):
-            raise AotgradCompileError(
-                f"aotgrad: as_strided_ at {current_user_line()} re-strides an input (or a view or "
-                "detach()ed alias of one) onto elements of the caller's storage past the input's "
-                "own extent; functionalization holds only the input's own elements. Use "
-                "as_strided (out of place), or pass the tensor that owns the storage."
-            )
-        out = func(*call_args, **kwargs)
+        lent: contextlib.AbstractContextManager = contextlib.nullcontext()
+        if name == "as_strided_" and _past_functional_storage(args, kwargs, shadow):
+            call_args = self._restride_left_to_base_run(args, kwargs)
+            if call_args is None:
+                raise AotgradCompileError(
+                    f"aotgrad: as_strided_ at {current_user_line()} re-strides an input (or a view or "
+                    "detach()ed alias of one) onto elements of the caller's storage past the input's "
+                    "own extent; functionalization holds only the input's own elements. Use "
+                    "as_strided (out of place), or pass the tensor that owns the storage."
+                )
+            # (eager's layout where no other fits the wrapper's storage: see the method)
+            named = as_strided_geometry(call_args[0], call_args[1:], kwargs)
+            lent = storage_for_layout(call_args[0], *named) if named is not None else lent
+        with lent:
+            out = func(*call_args, **kwargs)
         with torch._C.DisableTorchFunction():  # the attribute reads below are no program ops
             self._follow(func, name, args, kwargs, shadow, out)
             self._check_layout_decision(name, args, kwargs, shadow, out)
@@ -1635,6 +1665,12 @@ def _past_functional_storage(args: tuple, kwargs: dict, shadow: torch.Tensor) ->
             return False
         end = (offset + sum((n - 1) * st for n, st in zip(size, stride)) + 1) * t.element_size()
         return t.untyped_storage().nbytes() < end <= shadow.untyped_storage().nbytes()
+
+
+def _static_layout(args: tuple, kwargs: dict) -> bool:
+    """``args[0].as_strided_(*args[1:], **kwargs)`` names a layout with no symbolic value."""
+    named = as_strided_geometry(args[0], args[1:], kwargs)
+    return named is not None and all(type(v) is int for v in (*named[0], *named[1], named[2]))
 
 
 def _addressed(size: tuple, stride: tuple, offset: Any) -> frozenset[int] | None:
