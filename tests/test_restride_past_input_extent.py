@@ -251,10 +251,21 @@ def test_restride_of_view_of_written_input(arg, layout, step):
     _eager_or_refused(*_written_input_case(arg, layout, step, False))
 
 
-@pytest.mark.xfail(strict=True, reason="silent: the view's as_strided_ names other elements (pre-existing)")
-def test_restride_of_view_of_written_diagonal_input_with_history_under_no_grad():
-    """Found here, not lifted by this change (the same on the code before it): a diagonal
-    input whose caller's base requires grad, written under ``no_grad``, a view of it then
-    re-strided within the caller's storage: the values differ from eager's, silently."""
+@pytest.mark.parametrize("arg,layout,step", itertools.product(
+    ("slice", "step_slice", "diagonal", "column"), ("past_row_major", "whole", "first_two"), sorted(RELAID_STEPS)
+))
+def test_restride_of_view_of_written_input_with_history(arg, layout, step):
+    """The input's caller's base requires grad (a leaf: eager refuses the write with grad
+    recording, so it is written under ``no_grad``; and a non-leaf, with grad recording). A
+    diagonal input (a layout with gaps, at offset 0) so gave other values than eager's,
+    silently: functionalization's dense value of it was re-strided, no synthetic base
+    (``InputInfo.addresses_storage`` held only inputs at an offset other than 0)."""
+    source, inputs = _written_input_case(arg, layout, step, True)
+    _eager_or_refused(source, inputs, modes=["no_grad"])
+    inputs["args"][0]["expr"] = "(x * 1)" + INPUTS[arg][1:]
+    _eager_or_refused(source, inputs, modes=["grad", "no_grad"])
+
+
+def test_restride_of_view_of_written_diagonal_input_with_history():
     source, inputs = _written_input_case("diagonal", "first_two", "in_place", True)
     check_case(source, inputs, modes=["no_grad"])

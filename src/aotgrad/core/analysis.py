@@ -24,6 +24,7 @@ from torch._subclasses.fake_tensor import (
     UnsupportedOperatorException,
 )
 from torch._subclasses.functional_tensor import FunctionalTensor
+from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode, statically_known_true
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.overrides import TorchFunctionMode
@@ -916,9 +917,11 @@ def analyze(
                     # offset 0 (tracing._functional_forward: one requiring grad, or one a
                     # recorded write makes require grad), where as_strided_'s offset names
                     # other elements: a synthetic base keeps eager's storage (fuzz seed
-                    # 22007787: a write of a value requiring grad landed elsewhere)
+                    # 22007787: a write of a value requiring grad landed elsewhere); so
+                    # where the input has gaps (a diagonal), the clone none: its strides
+                    # name other elements
                     i in checks.storage_restrided and data and (fake.requires_grad or visible)
-                    and _maybe_nonzero(fake.storage_offset())
+                    and (_maybe_nonzero(fake.storage_offset()) or not is_non_overlapping_and_dense_or_false(fake))
                 ) or StorageWeakRef(f.untyped_storage()) in geometry.restrided_partial_storages,
                 readdressed_past_extent=StorageWeakRef(f.untyped_storage()) in geometry.readdressed_past_extent,
                 sets_requires_grad=i in checks.inputs_set_requiring_grad,
