@@ -22,6 +22,7 @@ import itertools
 import pytest
 
 from tests.fuzz.harness import check_case, run_case
+from test_restrided_views import _eager_or_refused
 
 #: the input, as the caller passes it (of a (4, 4) base): none is its whole storage
 INPUTS = {
@@ -67,14 +68,6 @@ def _case(arg: str, restride: str, action: str, rg: bool) -> tuple[str, dict]:
         "args": [{"kind": "tensor", "base": 0, "expr": INPUTS[arg]}, {"kind": "tensor", "base": 1, "expr": "x"}],
     }
     return source, inputs
-
-
-def _eager_or_refused(source: str, inputs: dict, post=(), modes=("grad", "no_grad")) -> bool:
-    """The case matches eager, or aotgrad refused it at compile time where eager raised
-    nothing; True where it matches."""
-    res = run_case(source, inputs, None, post=list(post), modes=list(modes), seed=0)
-    assert all("impl raised, eager did not: AotgradCompileError" in d for d in res.diffs), res.report()
-    return res.ok
 
 
 #: every input kind, new layout and action without grad; with the caller's base requiring
