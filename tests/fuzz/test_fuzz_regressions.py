@@ -3445,3 +3445,42 @@ def f(a, b, opt):
         modes=['grad'],
         seed=13094,
     )
+
+
+@XFAIL("open (fuzz seed 36010949): a no-op in-place metadata op under no_grad (transpose_(1, 1)) marks the input's metadata mutation as unrecorded (InputInfo.metadata_mutation_under_no_grad), so runtime.replay_metadata replays the recorded t_() unrecorded too: the returned input keeps its entry grad_fn and its backward raises 'invalid gradient' where eager's runs")
+def test_seed_36010949():
+    """In-place metadata ops on one input, some recorded and some not: the runtime replays
+    the whole change in one mode. Open (issue 12's note: record each step with its mode)."""
+    check_case(
+        source='''
+def f(a):
+    a.transpose_(1, 1)
+    with torch.set_grad_enabled(True):
+        a.t_()
+    return a,
+''',
+        inputs={'bases': [{'shape': [3, 2], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x.clone()'}]},
+        post=[],
+        modes=['no_grad'],
+        seed=10949,
+    )
+
+
+@XFAIL("open (fuzz seed 35017380): as_strided_ recorded, then a geometry-keeping transpose_ under no_grad: the runtime replays the input's metadata change unrecorded (InputInfo.metadata_mutation_under_no_grad), so the caller's tensor keeps its entry grad_fn; the caller's t_() then backward raises 'invalid gradient' where eager's runs")
+def test_seed_35017380():
+    """As test_seed_36010949, the recorded op first. Open."""
+    check_case(
+        source='''
+def f(a, b, k):
+    b.as_strided_((1, 1), (3, 3), 0)
+    with torch.no_grad():
+        b.transpose_(1, 0)
+    with torch.no_grad():
+        t0 = b.mT @ b
+    return t0, b
+''',
+        inputs={'bases': [{'shape': [2], 'dtype': 'float32', 'rg': True}], 'args': [{'kind': 'tensor', 'base': 0, 'expr': 'x'}, {'kind': 'tensor', 'base': 0, 'expr': 'x.clone()'}, {'kind': 'value', 'value': 1}]},
+        post=[(1, 't_()')],
+        modes=['grad'],
+        seed=17380,
+    )
