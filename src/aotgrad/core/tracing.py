@@ -78,7 +78,7 @@ def _functional_forward(
         # the inference trace too: an alias taken under no_grad of an input that requires grad
         # is a view made in no_grad mode, whose in-place metadata op under the program's own
         # enable_grad() autograd refuses, where eager's input is no view (fuzz seed 34002129).
-        with torch.enable_grad():
+        with _recording():
             for i in signature.mutated_inputs:
                 info = md.input_info[i]
                 x = inputs[i]
@@ -137,7 +137,7 @@ def _functional_forward(
             out_leaves, _ = program(*inputs)
         # (ours too, as the clones: recorded under a no_grad caller whose program wrote the
         # clone with grad recording inside; fuzz seed 35001192)
-        with torch.enable_grad():
+        with _recording():
             for i, (size, stride, offset) in entry_geometry.items():
                 originals[i] = _in_geometry(inputs[i], size, stride, offset)
         bases = [out_leaves[j]._base for j in analysis.intermediate_base_sources]
@@ -157,6 +157,13 @@ def _functional_forward(
         )
 
     return forward
+
+
+def _recording() -> contextlib.AbstractContextManager:
+    """Grad recording on for the trace's own clones and aliases of inputs: ``enable_grad()``
+    where it is off, else nothing (a pre-dispatch export records each grad-mode switch as a
+    graph node: one that changes nothing would be a node too)."""
+    return contextlib.nullcontext() if torch.is_grad_enabled() else torch.enable_grad()
 
 
 def _in_geometry(c: torch.Tensor, size: tuple, stride: tuple, offset: Any) -> torch.Tensor:
