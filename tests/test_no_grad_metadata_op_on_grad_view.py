@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 from eager_compare import check
+from matrix import half_product
 
 #: in-place metadata ops, run under no_grad on a view made with grad recording
 NO_GRAD_METADATA_OPS = {
@@ -48,11 +49,10 @@ ROOTS = {
 }
 
 
-@pytest.mark.parametrize("n", [1, 3])
-@pytest.mark.parametrize("after", sorted(AFTERWARDS))
-@pytest.mark.parametrize("meta", sorted(NO_GRAD_METADATA_OPS))
-@pytest.mark.parametrize("view", sorted(VIEWS))
-@pytest.mark.parametrize("root", sorted(ROOTS))
+# (half of the product by default: tests/matrix.py)
+@pytest.mark.parametrize(
+    "root,view,meta,after,n", half_product(ROOTS, VIEWS, NO_GRAD_METADATA_OPS, AFTERWARDS, (1, 3))
+)
 def test_grad_view_re_laid_out_under_no_grad_keeps_its_history(root, view, meta, after, n, request):
     if after == "returned_and_used" and root != "intermediate":
         request.applymarker(pytest.mark.xfail(strict=True, reason=(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import pytest
 import torch
 from eager_compare import check
+from matrix import half_product
 from test_offset_view_backward import _eager_or_refused
 
 # (how the tensor gets its overlapping layout; whether it requires grad)
@@ -66,11 +67,8 @@ def _make():
     return torch.randn(3, 2), torch.randn((), requires_grad=True)
 
 
-@pytest.mark.parametrize("returns", sorted(RETURNS))
-@pytest.mark.parametrize("write", sorted(WRITES))
-@pytest.mark.parametrize("view", sorted(VIEWS))
-@pytest.mark.parametrize("geometry", sorted(OVERLAPPING))
-@pytest.mark.parametrize("base", sorted(BASES))
+# (half of each product by default: tests/matrix.py)
+@pytest.mark.parametrize("base,geometry,view,write,returns", half_product(BASES, OVERLAPPING, VIEWS, WRITES, RETURNS))
 def test_recorded_write_through_view_of_overlapping_tensor(base, geometry, view, write, returns):
     f = _program(BASES[base], OVERLAPPING[geometry], VIEWS[view], WRITES[write], RETURNS[returns])
     _eager_or_refused(f, _make, f'"{write}": lambda v, w:')
@@ -330,10 +328,10 @@ WRITES_OF_ITSELF = {
 STRIDE0 = {"all_one_element": ((3,), (0,), 0), "rows": ((2, 3), (0, 1), 0)}
 
 
-@pytest.mark.parametrize("returns", ["itself", "sum"])
-@pytest.mark.parametrize("write", sorted(WRITES_OF_ITSELF))
-@pytest.mark.parametrize("geometry", sorted({**STRIDE0, **OVERLAPPING}))
-@pytest.mark.parametrize("base", sorted(BASES))
+@pytest.mark.parametrize(
+    "base,geometry,write,returns",
+    half_product(BASES, {**STRIDE0, **OVERLAPPING}, WRITES_OF_ITSELF, ("itself", "sum")),
+)
 def test_recorded_write_into_overlapping_tensor_itself(base, geometry, write, returns):
     """A write autograd records into a tensor that is no view, re-strided to overlap itself:
     eager records the write's own node on it (no ``CopySlices``), whose backward runs, where
