@@ -380,7 +380,8 @@ class SavedVersions:
     """One call's witnesses (caller-held tensors sharing a checked saved tensor's version
     counter; an output's as a detached alias, so the record holds no autograd graph) and
     their versions when the call returned, and which had a grad_fn then (an output's read
-    off the caller's tensor itself, held weakly: its grad_fn holds this record)."""
+    off the caller's tensor itself, held weakly: its grad_fn holds this record; an input's
+    after the call's writes, which may have given it one)."""
 
     __slots__ = ("tensors", "versions", "had_history", "outputs")
 
@@ -397,7 +398,6 @@ class SavedVersions:
         self.tensors = [graph_inputs[k] if is_input else forward_outputs[k].detach() for is_input, k in checked.witnesses]
         # (an output gets its grad_fn once the Function returns: read at the snapshot)
         self.outputs = tuple(None if is_input else weakref.ref(forward_outputs[k]) for is_input, k in checked.witnesses)
-        self.had_history = tuple(t.grad_fn is not None for t in self.tensors)
 
     def _caller_tensor(self, k: int) -> torch.Tensor | None:
         """The caller's tensor of witness ``k`` (None: a returned one no longer alive)."""
@@ -415,8 +415,7 @@ class SavedVersions:
         # (an input's too: a write the call recorded into it gave it a grad_fn, which the
         # caller may detach_() before the backward; fuzz seed 35001307)
         self.had_history = tuple(
-            (t := self.tensors[k] if ref is None else ref()) is not None and t.grad_fn is not None
-            for k, ref in enumerate(self.outputs)
+            (t := self._caller_tensor(k)) is not None and t.grad_fn is not None for k in range(len(self.tensors))
         )
 
 
