@@ -72,7 +72,7 @@ from torch.overrides import TorchFunctionMode
 from ..errors import AotgradCompileError, current_user_line
 from .kernel_checks import raise_eager_dtype_error
 from .op_args import tree_leaves
-from .overlapping_writes import chain_overlaps, has_lossy_step, overlapping_write
+from .overlapping_writes import _same_data_copy, chain_overlaps, has_lossy_step, overlapping_write
 from .stale_views import writes_through_source
 from .view_geometry import as_strided_geometry, rebased_root, restride_drops_gradient
 
@@ -516,12 +516,10 @@ def _copies_own_data_unrecorded(args: tuple, kwargs: dict) -> bool:
     with torch._C.DisableTorchFunction():
         if torch.is_grad_enabled() and (dest.requires_grad or src.requires_grad):
             return False
+        # (overlapping_writes' own test of eager's early return, plus the conj and neg bits)
         return (
-            StorageWeakRef(dest.untyped_storage()) == StorageWeakRef(src.untyped_storage())
-            and dest.dtype == src.dtype and dest.is_conj() == src.is_conj() and dest.is_neg() == src.is_neg()
-            and dest.dim() == src.dim()
-            and _known_equal((*dest.shape, *dest.stride(), dest.storage_offset()), (*src.shape, *src.stride(), src.storage_offset()))
-            and _static(dest) and _overlaps(dest)
+            _same_data_copy("copy_", dest, args) and dest.is_conj() == src.is_conj()
+            and dest.is_neg() == src.is_neg() and _overlaps(dest)
         )
 
 
